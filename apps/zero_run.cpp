@@ -1,0 +1,147 @@
+// zero-run — DeepSpeed-style launcher over mpirun.
+//
+//   zero-run -n 4 ./train --config ds.json
+//   zero-run --hostfile hosts --include "worker-1@worker-2:0,2" ./train ...
+//
+// Each rank runs under zero-run's own rank wrapper, which records a failing rank's exit status,
+// so zero-run can say which rank failed first; --log-dir also keeps one log per rank.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fmt/core.h>
+#include <fstream>
+#include <sstream>
+
+#include "launch/launch_plan.h"
+#include "launch/rank_status.h"
+#include "zero/error.h"
+
+namespace {
+
+pid_t g_mpirun = -1;
+
+void forward_to_mpirun(int signal_number) {
+  if (g_mpirun > 0) kill(g_mpirun, signal_number);
+}
+
+// The .deepspeed_env files DeepSpeed reads: $DS_ENV_FILE, ~/.deepspeed_env, ./.deepspeed_env.
+std::vector<std::pair<std::string, std::string>> read_env_files() {
+  std::vector<std::string> paths;
+  if (const char* explicit_file = std::getenv("DS_ENV_FILE")) paths.push_back(explicit_file);
+  if (const char* home = std::getenv("HOME")) paths.push_back(std::string(home) + "/.deepspeed_env");
+  paths.push_back(".deepspeed_env");
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const auto& path : paths) {
+    std::ifstream in(path);
+    if (!in) continue;
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto entries = zero::launch::parse_env_file(text.str(), path);
+    env.insert(env.end(), entries.begin(), entries.end());
+  }
+  return env;
+}
+
+int run_mpirun(const std::vector<std::string>& argv) {
+  g_mpirun = fork();
+  if (g_mpirun == 0) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    fmt::print(stderr, "zero-run: cannot run {}: {} (is OpenMPI installed?)\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  if (g_mpirun < 0) throw zero::Error(std::string("fork failed: ") + strerror(errno), "mpirun");
+  struct sigaction action {};
+  action.sa_handler = forward_to_mpirun;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  int status = 0;
+  while (waitpid(g_mpirun, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--rank-wrapper") {
+    std::string status_dir, log_dir;
+    int i = 2;
+    for (; i < argc && std::string(argv[i]) != "--"; i += 2) {
+      if (i + 1 >= argc) break;
+      if (std::string(argv[i]) == "--status-dir") status_dir = argv[i + 1];
+      if (std::string(argv[i]) == "--log-dir") log_dir = argv[i + 1];
+    }
+    std::vector<std::string> program(argv + std::min(i + 1, argc), argv + argc);
+    if (program.empty()) {
+      fmt::print(stderr, "zero-run --rank-wrapper: no program\n");
+      return 2;
+    }
+    return zero::launch::run_rank_wrapper(status_dir, log_dir, program);
+  }
+
+  CLI::App app{"zero-run: launch a program on N ranks with mpirun (DeepSpeed launcher flags)"};
+  app.prefix_command();  // everything from PROGRAM on belongs to the program
+  zero::launch::LaunchOptions o;
+  std::vector<std::string> env_flags;
+  bool dry_run = false;
+  app.add_option("-n,--np", o.num_procs, "number of processes on this machine (or the first N slots of a hostfile)");
+  app.add_option("-H,--hostfile", o.hostfile, "DeepSpeed hostfile: lines 'HOST slots=N'")->check(CLI::ExistingFile);
+  app.add_option("--num_nodes", o.num_nodes, "use the first N hosts of the hostfile");
+  app.add_option("--num_gpus", o.num_gpus, "slots (GPUs) per host to use");
+  app.add_option("-i,--include", o.include, "hosts/slots to use, e.g. 'worker-1@worker-2:0,2'");
+  app.add_option("-e,--exclude", o.exclude, "hosts/slots to leave out, same syntax");
+  app.add_option("--master_addr", o.master_addr, "exported as MASTER_ADDR (default: first host)");
+  app.add_option("--master_port", o.master_port, "exported as MASTER_PORT")->check(CLI::Range(1, 65535));
+  app.add_option("--env", env_flags, "KEY=VALUE exported to every rank (repeatable)");
+  app.add_option("--log-dir", o.log_dir, "write each rank's output to DIR/rank.N.log as well");
+  app.add_flag("--dry-run", dry_run, "print the mpirun command and exit");
+  CLI11_PARSE(app, argc, argv);
+  o.program = app.remaining();
+
+  try {
+    if (!o.hostfile.empty()) o.hostfile_hosts = zero::launch::read_hostfile(o.hostfile);
+    o.env = read_env_files();
+    for (const auto& kv : env_flags) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw zero::Error("--env " + kv + ": expected KEY=VALUE", "--env");
+      o.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    o.as_root = geteuid() == 0;
+    o.local_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    o.self = std::filesystem::read_symlink("/proc/self/exe").string();
+    if (!o.log_dir.empty()) o.log_dir = std::filesystem::absolute(o.log_dir).string();
+    char status_template[] = "/tmp/zero-run.XXXXXX";
+    if (dry_run) {
+      o.status_dir = "/tmp/zero-run.XXXXXX";
+    } else if (mkdtemp(status_template)) {
+      o.status_dir = status_template;
+    } else {
+      throw zero::Error(std::string("cannot create a status directory in /tmp: ") + strerror(errno), "/tmp");
+    }
+    zero::launch::LaunchPlan plan = zero::launch::plan_launch(o);
+    for (const auto& w : plan.warnings) fmt::print(stderr, "zero-run: warning: {}\n", w);
+    if (dry_run) {
+      fmt::print("{}\n", zero::launch::shell_join(plan.argv));
+      return 0;
+    }
+    int status = run_mpirun(plan.argv);
+    auto failures = zero::launch::read_rank_failures(o.status_dir);
+    std::filesystem::remove_all(o.status_dir);
+    if (const auto* first = zero::launch::first_failure(failures)) {
+      fmt::print(stderr, "zero-run: {}; {} of {} rank(s) failed or were stopped\n", zero::launch::describe(*first),
+                 failures.size(), plan.total_procs);
+      return first->signaled ? 128 + first->code : first->code;
+    }
+    if (status != 0) fmt::print(stderr, "zero-run: mpirun failed with status {}\n", status);
+    return status;
+  } catch (const zero::Error& e) {
+    fmt::print(stderr, "zero-run: {}\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,74 @@
+// zero::CountingCommunicator — a decorator that counts every collective: calls, bytes and time
+// per op and message size. The comms logger and the communication-volume tests build on it.
+//
+// Bytes follow nccl-tests: `message_bytes` is the op's buffer (all-reduce and broadcast: the
+// tensor; reduce-scatter: the input; all-gather: the output; all-to-all: the input), and
+// `bus_bytes` is what each rank must send for it: all-reduce 2(n-1)/n, reduce-scatter and
+// all-gather and all-to-all (n-1)/n, broadcast 1 times the message. Time runs from the call to
+// the moment wait() or test() sees the collective complete.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "zero/communicator.h"
+
+namespace zero {
+
+struct OpStats {
+  int64_t calls = 0;
+  int64_t elements = 0;        // message elements, summed over calls
+  int64_t message_bytes = 0;   // summed over calls
+  double bus_bytes = 0;        // summed over calls
+  double seconds = 0;          // summed over completed calls
+};
+
+class CommStats {
+ public:
+  void add(CollectiveOp op, int64_t elements, int64_t message_bytes, double bus_bytes);
+  void add_time(CollectiveOp op, int64_t message_bytes, double seconds);
+  // Totals of one op over all message sizes.
+  OpStats total(CollectiveOp op) const;
+  // Per (op, message bytes).
+  std::map<std::pair<CollectiveOp, int64_t>, OpStats> by_size() const;
+  void reset();
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<CollectiveOp, int64_t>, OpStats> stats_;
+};
+
+class CountingCommunicator : public Communicator {
+ public:
+  // Counts into `stats` (shared, so several communicators can feed one logger).
+  CountingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<CommStats> stats);
+  // Wraps a communicator owned elsewhere (e.g. World::communicator()).
+  CountingCommunicator(Communicator& inner, std::shared_ptr<CommStats> stats);
+
+  const std::shared_ptr<CommStats>& stats() const { return stats_; }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op) override;
+  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) override;
+  std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output) override;
+  std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root) override;
+  std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output) override;
+  std::shared_ptr<Work> barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  // Counts the message, then times `launch` from the call until completion is observed.
+  std::shared_ptr<Work> timed(CollectiveOp op, const at::Tensor* message, double bus_factor,
+                              const std::function<std::shared_ptr<Work>()>& launch);
+
+  std::unique_ptr<Communicator> owned_;
+  Communicator* inner_;
+  std::shared_ptr<CommStats> stats_;
+};
+
+}  // namespace zero

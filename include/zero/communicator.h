@@ -1,0 +1,85 @@
+// zero::Communicator — collectives over a group of ranks, asynchronous by default.
+//
+//   auto work = comm.all_reduce(grad, zero::ReduceOp::kAvg);  // returns at once
+//   ...                                                        // overlap other work
+//   work->wait();                                              // throws zero::Error on failure
+//
+// Tensors must be contiguous and, for the MPI backend, on the CPU. Supported dtypes: float32,
+// float64, float16, bfloat16, int8, uint8, int32, int64. Reductions of float16 and bfloat16 are
+// accumulated in float32 and rounded once at the end (MPI has no 16-bit float types, and summing
+// in 16 bits would round at every hop).
+//
+// Every rank of the group must call the same collectives in the same order with matching sizes.
+// With CommunicatorOptions::check_consistency (the default) each collective first compares its
+// op, dtype, sizes and root across ranks and throws the same zero::Error on every rank when they
+// disagree, instead of hanging or corrupting memory. Sizes that are wrong locally (an all-gather
+// output that is not size() × the input) are reported without any communication.
+//
+// This header is torch-free: it forward-declares at::Tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+
+namespace zero {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll, kBarrier };
+const char* to_string(ReduceOp op);
+const char* to_string(CollectiveOp op);
+
+// Handle of one collective in flight. Destroying an unfinished Work waits for it, because the
+// collective still reads and writes the tensors it was given.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective is complete; throws zero::Error if it failed.
+  virtual void wait() = 0;
+  // Non-blocking: true once complete (and drives progress, which MPI needs); throws on failure.
+  virtual bool test() = 0;
+  // Empty while running or after success; the failure message otherwise.
+  virtual std::string error() const = 0;
+};
+
+struct CommunicatorOptions {
+  // Compare op, dtype, sizes and root across ranks before each collective (one small extra
+  // all-reduce). Turn off only for measured hot paths whose call sequence is known to match.
+  bool check_consistency = true;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi", "local", "nccl"
+
+  // In place: every rank ends with op over all ranks' `tensor`.
+  virtual std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  // input.numel() == size() × output.numel(): rank r receives op over all ranks of chunk r.
+  virtual std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output,
+                                               ReduceOp op = ReduceOp::kSum) = 0;
+  // output.numel() == size() × input.numel(): chunk r of output is rank r's input.
+  virtual std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output) = 0;
+  // In place: every rank ends with `root`'s tensor.
+  virtual std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root) = 0;
+  // input and output hold size() equal chunks: chunk j of rank i's input lands in chunk i of rank j's output.
+  virtual std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output) = 0;
+  virtual std::shared_ptr<Work> barrier() = 0;
+
+  // Collective over this group: ranks passing the same color form a new communicator, ordered by
+  // key then rank. A negative color takes no part and gets nullptr.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+}  // namespace zero

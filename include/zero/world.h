@@ -1,0 +1,52 @@
+// zero::World — this process's place in the job: rank, size, node, and the communicators.
+//
+//   zero::World world = zero::World::from_environment();
+//
+// Under mpirun, srun or another MPI launcher it initialises MPI (and finalises it when the last
+// World is destroyed); as a plain process with no launcher it is a world of one with the local
+// backend and needs no MPI runtime at all.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "zero/communicator.h"
+
+namespace zero {
+
+class World {
+ public:
+  static World from_environment(const CommunicatorOptions& options = {});
+  // A world of one process, whatever the environment says.
+  static World single_process();
+
+  World(World&&) noexcept;
+  World& operator=(World&&) noexcept;
+  ~World();
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;   // rank among the processes on this node
+  int local_size() const;
+  int node() const;         // index of this node, 0..num_nodes()-1, in rank order
+  int num_nodes() const;
+  bool distributed() const; // launched by an MPI launcher
+
+  // The whole world.
+  Communicator& communicator();
+  // New communicators (collective over the world: every rank must call them, in the same order).
+  std::unique_ptr<Communicator> intra_node();  // the ranks of this node
+  std::unique_ptr<Communicator> inter_node();  // one rank per node: those with this local_rank
+  // `ranks` lists world ranks; ranks not listed get nullptr. Every rank passes the same list.
+  std::unique_ptr<Communicator> group(const std::vector<int>& ranks);
+
+ private:
+  struct State;
+  explicit World(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// True when the environment shows an MPI launcher (OpenMPI, MPICH/PMI, PMIx, Slurm).
+bool launched_by_mpi();
+
+}  // namespace zero

@@ -1,0 +1,133 @@
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+
+#include "zero/comm_stats.h"
+
+namespace zero {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Records the time from launch to the first moment completion is observed.
+class TimedWork : public Work {
+ public:
+  TimedWork(std::shared_ptr<Work> inner, std::shared_ptr<CommStats> stats, CollectiveOp op, int64_t bytes, Clock::time_point start)
+      : inner_(std::move(inner)), stats_(std::move(stats)), op_(op), bytes_(bytes), start_(start) {}
+  void wait() override {
+    inner_->wait();
+    record();
+  }
+  bool test() override {
+    bool complete = inner_->test();
+    if (complete) record();
+    return complete;
+  }
+  std::string error() const override { return inner_->error(); }
+
+ private:
+  void record() {
+    if (recorded_) return;
+    recorded_ = true;
+    stats_->add_time(op_, bytes_, std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+  std::shared_ptr<Work> inner_;
+  std::shared_ptr<CommStats> stats_;
+  CollectiveOp op_;
+  int64_t bytes_;
+  Clock::time_point start_;
+  bool recorded_ = false;
+};
+
+}  // namespace
+
+void CommStats::add(CollectiveOp op, int64_t elements, int64_t message_bytes, double bus_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  OpStats& s = stats_[{op, message_bytes}];
+  s.calls += 1;
+  s.elements += elements;
+  s.message_bytes += message_bytes;
+  s.bus_bytes += bus_bytes;
+}
+
+void CommStats::add_time(CollectiveOp op, int64_t message_bytes, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_[{op, message_bytes}].seconds += seconds;
+}
+
+OpStats CommStats::total(CollectiveOp op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  OpStats sum;
+  for (const auto& [key, s] : stats_) {
+    if (key.first != op) continue;
+    sum.calls += s.calls;
+    sum.elements += s.elements;
+    sum.message_bytes += s.message_bytes;
+    sum.bus_bytes += s.bus_bytes;
+    sum.seconds += s.seconds;
+  }
+  return sum;
+}
+
+std::map<std::pair<CollectiveOp, int64_t>, OpStats> CommStats::by_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CommStats::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.clear();
+}
+
+CountingCommunicator::CountingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<CommStats> stats)
+    : owned_(std::move(inner)), inner_(owned_.get()), stats_(std::move(stats)) {}
+
+CountingCommunicator::CountingCommunicator(Communicator& inner, std::shared_ptr<CommStats> stats)
+    : inner_(&inner), stats_(std::move(stats)) {}
+
+std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, const at::Tensor* message, double bus_factor,
+                                                  const std::function<std::shared_ptr<Work>()>& launch) {
+  const int64_t elements = message ? message->numel() : 0;
+  const int64_t bytes = message ? static_cast<int64_t>(message->nbytes()) : 0;
+  stats_->add(op, elements, bytes, bus_factor * static_cast<double>(bytes));
+  // Note: the clock starts before the backend call, so the time covers the launch (and the
+  // consistency check) as well as the transfer.
+  auto start = Clock::now();
+  return std::make_shared<TimedWork>(launch(), stats_, op, bytes, start);
+}
+
+std::shared_ptr<Work> CountingCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  const double n = size();
+  return timed(CollectiveOp::kAllReduce, &tensor, 2 * (n - 1) / n, [&] { return inner_->all_reduce(tensor, op); });
+}
+
+std::shared_ptr<Work> CountingCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) {
+  const double n = size();
+  return timed(CollectiveOp::kReduceScatter, &input, (n - 1) / n, [&] { return inner_->reduce_scatter(input, output, op); });
+}
+
+std::shared_ptr<Work> CountingCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output) {
+  const double n = size();
+  return timed(CollectiveOp::kAllGather, &output, (n - 1) / n, [&] { return inner_->all_gather(input, output); });
+}
+
+std::shared_ptr<Work> CountingCommunicator::broadcast(const at::Tensor& tensor, int root) {
+  return timed(CollectiveOp::kBroadcast, &tensor, size() > 1 ? 1.0 : 0.0, [&] { return inner_->broadcast(tensor, root); });
+}
+
+std::shared_ptr<Work> CountingCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output) {
+  const double n = size();
+  return timed(CollectiveOp::kAllToAll, &input, (n - 1) / n, [&] { return inner_->all_to_all(input, output); });
+}
+
+std::shared_ptr<Work> CountingCommunicator::barrier() {
+  return timed(CollectiveOp::kBarrier, nullptr, 0.0, [&] { return inner_->barrier(); });
+}
+
+std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key) {
+  auto child = inner_->split(color, key);
+  if (!child) return nullptr;
+  return std::make_unique<CountingCommunicator>(std::move(child), stats_);
+}
+
+}  // namespace zero

@@ -1,0 +1,232 @@
+#include "comm/mpi_communicator.h"
+
+#include <ATen/ATen.h>
+#include <fmt/core.h>
+
+#include <climits>
+
+#include "comm/collective_checks.h"
+#include "comm/mpi_work.h"
+#include "zero/error.h"
+
+namespace zero::comm_detail {
+namespace {
+
+// 16-bit floats travel as raw 16-bit words where no arithmetic happens; reductions stage them
+// through float32 instead (see stage_for_reduction).
+MPI_Datatype mpi_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kHalf:
+    case at::kBFloat16: return MPI_UINT16_T;
+    case at::kChar: return MPI_INT8_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;  // rejected earlier by check_tensor
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+int mpi_count(int64_t n, CollectiveOp op, int rank) {
+  if (n > INT_MAX) {
+    throw Error(fmt::format("{}: {} elements per rank exceed MPI's limit of {}; split the buffer", to_string(op), n, INT_MAX),
+                to_string(op), rank);
+  }
+  return static_cast<int>(n);
+}
+
+// A float32 copy for 16-bit floats (reductions accumulate in float32, rounding once at the end).
+at::Tensor stage_for_reduction(const at::Tensor& t) { return is_16bit_float(t) ? t.to(at::kFloat) : t; }
+
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.storage().is_alias_of(b.storage())) return false;
+  auto begin_a = static_cast<const char*>(a.data_ptr()), begin_b = static_cast<const char*>(b.data_ptr());
+  auto end_a = begin_a + a.nbytes(), end_b = begin_b + b.nbytes();
+  return begin_a < end_b && begin_b < end_a;
+}
+
+// Averages divide after the sum; integer averages truncate, as NCCL's do.
+void divide_for_average(at::Tensor& buffer, ReduceOp op, int size) {
+  if (op != ReduceOp::kAvg) return;
+  if (at::isFloatingType(buffer.scalar_type())) {
+    buffer.div_(size);
+  } else {
+    buffer.div_(size, "trunc");
+  }
+}
+
+// Finishes a reduction: average, then write back to `target` when the result sits in a staging buffer.
+std::function<void()> finish_reduction(at::Tensor result, at::Tensor target, ReduceOp op, int size) {
+  return [result, target, op, size]() mutable {
+    divide_for_average(result, op, size);
+    if (!result.is_same(target)) target.copy_(result);
+  };
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options) : comm_(comm), options_(options) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::check(int code, const char* what) const {
+  if (code != MPI_SUCCESS) throw Error(fmt::format("{} failed: {}", what, mpi_error_string(code)), what, rank_);
+}
+
+void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor,
+                               int64_t count, int64_t extra) {
+  if (!options_.check_consistency || size_ == 1) {
+    local_checks();
+    return;
+  }
+  std::exception_ptr local_error;
+  try {
+    local_checks();
+  } catch (const Error&) {
+    local_error = std::current_exception();
+  }
+  const int64_t dtype = tensor && tensor->defined() ? static_cast<int64_t>(tensor->scalar_type()) : -1;
+  const int64_t mine[5] = {local_error ? rank_ : -1, static_cast<int64_t>(op), dtype, count, extra};
+  // One all-reduce(MAX) of the signature and its negation yields both max and min of every field.
+  int64_t both[10];
+  for (int i = 0; i < 5; ++i) {
+    both[i] = mine[i];
+    both[i + 5] = -mine[i];
+  }
+  check(MPI_Allreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_), "consistency check");
+  std::string name = to_string(op);
+  if (local_error) std::rethrow_exception(local_error);
+  if (both[0] >= 0) throw Error(fmt::format("{}: rank {} passed invalid arguments (see its error)", name, both[0]), name, rank_);
+  auto differs = [&](int i) { return both[i] != -both[i + 5]; };
+  auto other = [&](int i) { return both[i] != mine[i] ? both[i] : -both[i + 5]; };
+  if (differs(1)) {
+    throw Error(fmt::format("ranks are not calling the same collective: this rank calls {}, another calls {}", name,
+                            to_string(static_cast<CollectiveOp>(other(1)))), name, rank_);
+  }
+  if (differs(2)) {
+    throw Error(fmt::format("{}: ranks disagree on the dtype: this rank has {}, another has {}", name,
+                            dtype_name(static_cast<at::ScalarType>(mine[2])),
+                            dtype_name(static_cast<at::ScalarType>(other(2)))), name, rank_);
+  }
+  if (differs(3)) {
+    throw Error(fmt::format("{}: ranks disagree on the size: this rank has {} elements, others range from {} to {}", name,
+                            mine[3], -both[8], both[3]), name, rank_);
+  }
+  if (differs(4)) {
+    const bool root = op == CollectiveOp::kBroadcast;
+    auto show = [&](int64_t v) { return root ? std::to_string(v) : std::string(to_string(static_cast<ReduceOp>(v))); };
+    throw Error(fmt::format("{}: ranks disagree on the {}: this rank has {}, another has {}", name, root ? "root" : "reduce op",
+                            show(mine[4]), show(other(4))), name, rank_);
+  }
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  validate(CollectiveOp::kAllReduce, [&] { check_tensor(CollectiveOp::kAllReduce, "input", tensor, true, rank_); },
+           &tensor, tensor.numel(), static_cast<int64_t>(op));
+  at::Tensor buffer = stage_for_reduction(tensor);
+  MPI_Request request;
+  check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), mpi_count(buffer.numel(), CollectiveOp::kAllReduce, rank_),
+                       mpi_type(buffer.scalar_type()), mpi_op(op), comm_, &request), "all_reduce");
+  return std::make_shared<MpiWork>(request, "all_reduce", rank_, std::vector<at::Tensor>{buffer, tensor},
+                                   finish_reduction(buffer, tensor, op, size_));
+}
+
+std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) {
+  validate(CollectiveOp::kReduceScatter, [&] { check_pair(CollectiveOp::kReduceScatter, input, output, size_, 1, true, rank_); },
+           &input, input.numel(), static_cast<int64_t>(op));
+  at::Tensor send = stage_for_reduction(input);
+  // MPI forbids overlapping send and receive buffers (ZeRO reduces a bucket into a slice of itself).
+  at::Tensor receive = is_16bit_float(output) || overlaps(input, output)
+                           ? at::empty({output.numel()}, output.options().dtype(send.scalar_type()))
+                           : output;
+  MPI_Request request;
+  check(MPI_Ireduce_scatter_block(send.data_ptr(), receive.data_ptr(),
+                                  mpi_count(receive.numel(), CollectiveOp::kReduceScatter, rank_),
+                                  mpi_type(send.scalar_type()), mpi_op(op), comm_, &request), "reduce_scatter");
+  return std::make_shared<MpiWork>(request, "reduce_scatter", rank_, std::vector<at::Tensor>{send, receive, input, output},
+                                   finish_reduction(receive, output, op, size_));
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output) {
+  validate(CollectiveOp::kAllGather, [&] { check_pair(CollectiveOp::kAllGather, input, output, 1, size_, true, rank_); },
+           &input, input.numel(), 0);
+  const int count = mpi_count(input.numel(), CollectiveOp::kAllGather, rank_);
+  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const void* send = input.data_ptr();
+  at::Tensor staged;
+  if (input.numel() > 0 && input.data_ptr() == static_cast<char*>(output.data_ptr()) + rank_ * input.nbytes()) {
+    send = MPI_IN_PLACE;  // the input already is this rank's chunk of the output
+  } else if (overlaps(input, output)) {
+    staged = input.clone();
+    send = staged.data_ptr();
+  }
+  MPI_Request request;
+  check(MPI_Iallgather(send, count, type, output.data_ptr(), count, type, comm_, &request), "all_gather");
+  return std::make_shared<MpiWork>(request, "all_gather", rank_, std::vector<at::Tensor>{input, output, staged}, nullptr);
+}
+
+std::shared_ptr<Work> MpiCommunicator::broadcast(const at::Tensor& tensor, int root) {
+  validate(CollectiveOp::kBroadcast,
+           [&] {
+             check_tensor(CollectiveOp::kBroadcast, "input", tensor, true, rank_);
+             check_root(root, size_, rank_);
+           },
+           &tensor, tensor.numel(), root);
+  MPI_Request request;
+  check(MPI_Ibcast(tensor.data_ptr(), mpi_count(tensor.numel(), CollectiveOp::kBroadcast, rank_),
+                   mpi_type(tensor.scalar_type()), root, comm_, &request), "broadcast");
+  return std::make_shared<MpiWork>(request, "broadcast", rank_, std::vector<at::Tensor>{tensor}, nullptr);
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output) {
+  validate(CollectiveOp::kAllToAll,
+           [&] {
+             check_pair(CollectiveOp::kAllToAll, input, output, 1, 1, true, rank_);
+             if (input.numel() % size_ != 0) {
+               throw Error(fmt::format("all_to_all: input {} does not split into {} equal chunks", describe(input), size_),
+                           "all_to_all", rank_);
+             }
+           },
+           &input, input.numel(), 0);
+  at::Tensor send = overlaps(input, output) ? input.clone() : input;
+  const int count = mpi_count(input.numel() / size_, CollectiveOp::kAllToAll, rank_);
+  const MPI_Datatype type = mpi_type(input.scalar_type());
+  MPI_Request request;
+  check(MPI_Ialltoall(send.data_ptr(), count, type, output.data_ptr(), count, type, comm_, &request), "all_to_all");
+  return std::make_shared<MpiWork>(request, "all_to_all", rank_, std::vector<at::Tensor>{send, output}, nullptr);
+}
+
+std::shared_ptr<Work> MpiCommunicator::barrier() {
+  validate(CollectiveOp::kBarrier, [] {}, nullptr, 0, 0);
+  MPI_Request request;
+  check(MPI_Ibarrier(comm_, &request), "barrier");
+  return std::make_shared<MpiWork>(request, "barrier", rank_, std::vector<at::Tensor>{}, nullptr);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm child = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "split");
+  if (child == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(child, options_);
+}
+
+}  // namespace zero::comm_detail

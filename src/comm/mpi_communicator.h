@@ -1,0 +1,44 @@
+// The MPI backend: MPI-3 non-blocking collectives on host tensors.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+
+#include "zero/communicator.h"
+
+namespace zero::comm_detail {
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed on destruction) unless it is MPI_COMM_WORLD.
+  MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  MPI_Comm handle() const { return comm_; }
+
+  std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op) override;
+  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) override;
+  std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output) override;
+  std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root) override;
+  std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output) override;
+  std::shared_ptr<Work> barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  // Runs the local argument checks, then (with check_consistency) compares validity, op, dtype,
+  // count and `extra` (root or reduce op) across ranks: when anything differs every rank throws,
+  // so no rank is left waiting in a collective the others abandoned.
+  void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
+                int64_t extra);
+  void check(int code, const char* what) const;
+
+  MPI_Comm comm_;
+  CommunicatorOptions options_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace zero::comm_detail

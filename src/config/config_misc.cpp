@@ -1,0 +1,146 @@
+#include "config/config_sections.h"
+
+namespace zero::config_detail {
+
+void read_precision(ObjectReader& root, Config& config, Diagnostics& diag) {
+  ObjectReader fp16 = root.child("fp16");
+  bool is_auto = false;
+  Fp16Config& f = config.fp16;
+  f.enabled = fp16.get_bool_or_auto("enabled", false, &is_auto);
+  f.loss_scale = fp16.get_double("loss_scale", 0, 0);
+  f.initial_scale_power = static_cast<int>(fp16.get_int("initial_scale_power", 16, 0, 127));
+  f.loss_scale_window = fp16.get_int("loss_scale_window", 1000, 1);
+  f.hysteresis = static_cast<int>(fp16.get_int("hysteresis", 2, 1, 1 << 30));
+  f.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
+  f.min_loss_scale = fp16.get_double("min_loss_scale", 1, 1e-30);
+  f.auto_cast = fp16.get_bool("auto_cast", false);
+  fp16.require_default("fp16_master_weights_and_grads", false);
+  fp16.finish();
+
+  bool alias = root.has("bfloat16");
+  if (alias && root.has("bf16")) {
+    diag.problem("bfloat16", "deprecated alias of bf16, which is also given: keep only bf16");
+  } else if (alias) {
+    diag.warnings.push_back("bfloat16 is deprecated: use bf16");
+  }
+  ObjectReader bf16 = root.child(alias && !root.has("bf16") ? "bfloat16" : "bf16");
+  config.bf16 = bf16.get_bool_or_auto("enabled", false, &is_auto);
+  bf16.finish();
+  root.accept({"bfloat16"});
+}
+
+void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
+  auto read_monitor = [&](const char* key, MonitorConfig& m) {
+    ObjectReader b = root.child(key);
+    m.enabled = b.get_bool("enabled", false);
+    m.output_path = b.get_string("output_path", "");
+    m.job_name = b.get_string("job_name", "DeepSpeedJobName");
+    b.finish();
+  };
+  read_monitor("tensorboard", config.tensorboard);
+  read_monitor("csv_monitor", config.csv_monitor);
+
+  // Services that need the network: accepted, switched off with a warning.
+  auto read_service = [&](const char* key, std::initializer_list<std::string_view> other_keys) {
+    ObjectReader b = root.child(key);
+    if (b.get_bool("enabled", false)) {
+      diag.warnings.push_back(std::string(key) + ".enabled: not supported by zerocpp (it needs a network service); ignored");
+    }
+    b.accept(other_keys);
+    b.finish();
+  };
+  read_service("wandb", {"group", "team", "project"});
+  read_service("comet", {"samples_log_interval", "project", "workspace", "api_key", "experiment_name",
+                         "experiment_key", "online", "mode"});
+
+  ObjectReader cl = root.child("comms_logger");
+  CommsLoggerConfig& c = config.comms_logger;
+  c.enabled = cl.get_bool("enabled", false);
+  c.verbose = cl.get_bool("verbose", false);
+  c.prof_all = cl.get_bool("prof_all", true);
+  c.prof_ops = cl.get_string_list("prof_ops");
+  c.debug = cl.get_bool("debug", false);
+  cl.finish();
+
+  ObjectReader fp = root.child("flops_profiler");
+  FlopsProfilerConfig& f = config.flops_profiler;
+  f.enabled = fp.get_bool("enabled", false);
+  f.profile_step = fp.get_int("profile_step", 1, 1);
+  f.module_depth = fp.get_int("module_depth", -1, -1);
+  f.top_modules = fp.get_int("top_modules", 1, 1);
+  f.detailed = fp.get_bool("detailed", true);
+  f.output_file = fp.get_string("output_file", "");
+  fp.finish();
+
+  ObjectReader ac = root.child("activation_checkpointing");
+  ActivationCheckpointingConfig& a = config.activation_checkpointing;
+  a.partition_activations = ac.get_bool("partition_activations", false);
+  a.cpu_checkpointing = ac.get_bool("cpu_checkpointing", false);
+  a.contiguous_memory_optimization = ac.get_bool("contiguous_memory_optimization", false);
+  const nlohmann::json* n = ac.raw("number_checkpoints");
+  if (n && !n->is_null()) a.number_checkpoints = ac.get_int("number_checkpoints", 0, 1);
+  a.synchronize_checkpoint_boundary = ac.get_bool("synchronize_checkpoint_boundary", false);
+  a.profile = ac.get_bool("profile", false);
+  ac.finish();
+
+  ObjectReader ck = root.child("checkpoint");
+  static const std::vector<std::string> kTagValidation = {"Ignore", "Warn", "Fail"};
+  config.checkpoint.tag_validation = static_cast<TagValidation>(ck.get_choice("tag_validation", 1, kTagValidation));
+  config.checkpoint.load_universal = ck.get_bool("load_universal", false);
+  config.checkpoint.use_node_local_storage = ck.get_bool("use_node_local_storage", false);
+  ck.finish();
+}
+
+void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
+  // Keys of DeepSpeed features zerocpp does not implement. Written switched off (false, or an
+  // object with "enabled": false) they are accepted with a warning; anything else is rejected.
+  static const char* kFeatures[] = {
+      "tensor_parallel", "pipeline_parallel", "pipeline", "moe", "elasticity", "autotuning", "amp",
+      "sparse_attention", "compression_training", "hybrid_engine", "data_efficiency", "curriculum_learning",
+      "progressive_layer_drop", "eigenvalue", "quantize_training", "nebula", "compile", "weight_quantization",
+      "sparse_gradients", "sequence_parallel_size"};
+  for (const char* key : kFeatures) {
+    const nlohmann::json* v = root.raw(key);
+    if (!v) continue;
+    bool switched_off = (v->is_boolean() && !v->get<bool>()) ||
+                        (v->is_object() && v->contains("enabled") && (*v)["enabled"] == false);
+    if (switched_off) {
+      diag.warnings.push_back(std::string(key) + ": switched off; zerocpp does not support it");
+    } else {
+      diag.problem(key, "not supported by zerocpp: " + std::string(key));
+    }
+  }
+}
+
+void check_cross_key_rules(const Config& c, Diagnostics& diag) {
+  if (c.fp16.enabled && c.bf16) diag.problem("fp16.enabled", "fp16 and bf16 cannot both be enabled");
+  const ZeroConfig& z = c.zero;
+  if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
+    diag.problem("zero_optimization.offload_param.device",
+                 "parameter offload needs zero_optimization.stage 3, the stage is " + std::to_string(z.stage));
+  }
+  if (z.offload_optimizer.device != OffloadDevice::kNone && z.stage == 0) {
+    diag.problem("zero_optimization.offload_optimizer.device", "optimizer offload needs zero_optimization.stage 1, 2 or 3, the stage is 0");
+  }
+  if (z.offload_optimizer.device == OffloadDevice::kNvme && z.offload_optimizer.nvme_path.empty()) {
+    diag.problem("zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
+  }
+  if (z.offload_param.device == OffloadDevice::kNvme && z.offload_param.nvme_path.empty()) {
+    diag.problem("zero_optimization.offload_param.nvme_path", "required when device is \"nvme\"");
+  }
+  const OptimizerType t = c.optimizer.type;
+  bool tested = t == OptimizerType::kAdam || t == OptimizerType::kAdamW || t == OptimizerType::kCpuAdam ||
+                t == OptimizerType::kAdagrad || t == OptimizerType::kLion;
+  if (z.stage > 0 && t != OptimizerType::kNone && !tested && !c.zero_allow_untested_optimizer) {
+    diag.problem("optimizer.type", "\"" + c.optimizer.type_name +
+                                       "\" is untested with ZeRO: set zero_allow_untested_optimizer to true to use it");
+  }
+  if (z.offload_optimizer.device != OffloadDevice::kNone && c.zero_force_ds_cpu_optimizer && t != OptimizerType::kNone &&
+      !tested) {
+    diag.problem("optimizer.type", "\"" + c.optimizer.type_name +
+                                       "\" has no CPU implementation for optimizer offload (Adam, AdamW, Adagrad and Lion do); "
+                                       "zero_force_ds_cpu_optimizer is true");
+  }
+}
+
+}  // namespace zero::config_detail

@@ -1,0 +1,124 @@
+#include "config/config_sections.h"
+
+namespace zero::config_detail {
+namespace {
+
+const std::vector<std::string> kDevices = {"none", "cpu", "nvme"};
+
+OffloadDevice read_device(ObjectReader& block) {
+  return static_cast<OffloadDevice>(block.get_choice("device", 0, kDevices));
+}
+
+void read_offload_optimizer(ObjectReader block, OffloadOptimizerConfig& o) {
+  o.device = read_device(block);
+  o.nvme_path = block.get_string("nvme_path", "");
+  o.pin_memory = block.get_bool("pin_memory", false);
+  o.buffer_count = block.get_int("buffer_count", 4, 1);
+  o.pipeline_read = block.get_bool("pipeline_read", false);
+  o.pipeline_write = block.get_bool("pipeline_write", false);
+  o.fast_init = block.get_bool("fast_init", false);
+  o.ratio = block.get_double("ratio", 1.0, 0.0, 1.0);
+  block.accept({"pipeline"});  // DeepSpeed's derived flag (pipeline_read || pipeline_write)
+  block.finish();
+}
+
+void read_offload_param(ObjectReader block, OffloadParamConfig& o) {
+  o.device = read_device(block);
+  o.nvme_path = block.get_string("nvme_path", "");
+  o.pin_memory = block.get_bool("pin_memory", false);
+  o.buffer_count = block.get_int("buffer_count", 5, 1);
+  o.buffer_size = block.get_int("buffer_size", 100'000'000, 1);
+  o.max_in_cpu = block.get_int("max_in_cpu", 1'000'000'000, 0);
+  block.finish();
+}
+
+// Deprecated spelling `old_key` of `new_path`: warns; an error when both are given.
+bool alias_used(ObjectReader& z, Diagnostics& diag, std::string_view old_key, const std::string& new_path, bool new_given) {
+  if (!z.has(old_key)) return false;
+  if (new_given) {
+    diag.problem(z.path_of(old_key), "deprecated alias of " + new_path + ", which is also given: keep only " + new_path);
+    return false;
+  }
+  diag.warnings.push_back(z.path_of(old_key) + " is deprecated: use " + new_path);
+  return true;
+}
+
+}  // namespace
+
+void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& diag) {
+  ObjectReader z = root.child("zero_optimization");
+  // DeepSpeed also accepts "zero_optimization": <stage> or a bool; both are long deprecated.
+  zc.stage = static_cast<int>(z.get_int("stage", 0, 0, 3));
+  zc.contiguous_gradients = z.get_bool("contiguous_gradients", true);
+  zc.reduce_scatter = z.get_bool("reduce_scatter", true);
+  bool is_auto = false;
+  zc.reduce_bucket_size = z.get_int_or_auto("reduce_bucket_size", 500'000'000, 1, &is_auto);
+  zc.allgather_partitions = z.get_bool("allgather_partitions", true);
+  zc.allgather_bucket_size = z.get_int("allgather_bucket_size", 500'000'000, 1);
+  zc.overlap_comm = z.get_bool("overlap_comm", zc.stage == 3);
+  zc.load_from_fp32_weights = z.get_bool("load_from_fp32_weights", true);
+  zc.round_robin_gradients = z.get_bool("round_robin_gradients", false);
+  read_offload_optimizer(z.child("offload_optimizer"), zc.offload_optimizer);
+  read_offload_param(z.child("offload_param"), zc.offload_param);
+  zc.sub_group_size = z.get_int("sub_group_size", 1'000'000'000, 1);
+  zc.stage3_prefetch_bucket_size = z.get_int_or_auto("stage3_prefetch_bucket_size", 50'000'000, 0, &is_auto);
+  zc.stage3_param_persistence_threshold =
+      z.get_int_or_auto("stage3_param_persistence_threshold", 100'000, 0, &is_auto);
+  zc.stage3_model_persistence_threshold = z.get_int("stage3_model_persistence_threshold", INT64_MAX, 0);
+  zc.stage3_max_live_parameters = z.get_int("stage3_max_live_parameters", 1'000'000'000, 0);
+  zc.stage3_max_reuse_distance = z.get_int("stage3_max_reuse_distance", 1'000'000'000, 0);
+  bool gather_given = z.has("stage3_gather_16bit_weights_on_model_save");
+  zc.stage3_gather_16bit_weights_on_model_save = z.get_bool("stage3_gather_16bit_weights_on_model_save", false);
+  zc.elastic_checkpoint = z.get_bool("elastic_checkpoint", false);
+  zc.ignore_unused_parameters = z.get_bool("ignore_unused_parameters", true);
+
+  // Deprecated aliases.
+  std::string gather_path = z.path_of("stage3_gather_16bit_weights_on_model_save");
+  if (alias_used(z, diag, "stage3_gather_fp16_weights_on_model_save", gather_path, gather_given)) {
+    zc.stage3_gather_16bit_weights_on_model_save = z.get_bool("stage3_gather_fp16_weights_on_model_save", false);
+    diag.record(gather_path, zc.stage3_gather_16bit_weights_on_model_save, ValueSource::kAlias);
+  }
+  std::string opt_path = z.path_of("offload_optimizer.device");
+  if (alias_used(z, diag, "cpu_offload", opt_path, z.has("offload_optimizer")) && z.get_bool("cpu_offload", false)) {
+    zc.offload_optimizer.device = OffloadDevice::kCpu;
+    diag.record(opt_path, "cpu", ValueSource::kAlias);
+  }
+  std::string param_path = z.path_of("offload_param.device");
+  if (alias_used(z, diag, "cpu_offload_param", param_path, z.has("offload_param")) && z.get_bool("cpu_offload_param", false)) {
+    zc.offload_param.device = OffloadDevice::kCpu;
+    diag.record(param_path, "cpu", ValueSource::kAlias);
+  }
+  if (alias_used(z, diag, "cpu_offload_use_pin_memory", z.path_of("offload_*.pin_memory"), false) &&
+      z.get_bool("cpu_offload_use_pin_memory", false)) {
+    zc.offload_optimizer.pin_memory = zc.offload_param.pin_memory = true;
+  }
+  z.accept({"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"});
+
+  // DeepSpeed keys accepted at their defaults only (features zerocpp does not have yet).
+  z.require_default("zero_quantized_weights", false);
+  z.require_default("zero_quantized_nontrainable_weights", false);
+  z.require_default("zero_hpz_partition_size", 1);
+  z.require_default("zero_quantized_gradients", false);
+  z.require_default("stage3_module_granularity_threshold", 0);
+  z.require_default("mics_shard_size", -1);
+  z.require_default("mics_hierarchical_params_gather", false);
+  // Accepted with no effect: zerocpp's own design already behaves as these ask.
+  z.accept({"memory_efficient_linear", "override_module_apply", "use_multi_rank_bucket_allreduce",
+            "legacy_stage1", "log_trace_cache_warnings", "pipeline_loading_checkpoint"});
+  z.finish();
+}
+
+void read_aio(ObjectReader& root, AioConfig& aio) {
+  ObjectReader a = root.child("aio");
+  aio.block_size = a.get_int("block_size", 1'048'576, 1);
+  aio.queue_depth = a.get_int("queue_depth", 8, 1);
+  bool has_alias = a.has("thread_count");
+  aio.intra_op_parallelism = a.get_int("intra_op_parallelism", 1, 1);
+  if (has_alias) aio.intra_op_parallelism = a.get_int("thread_count", 1, 1);
+  aio.single_submit = a.get_bool("single_submit", false);
+  aio.overlap_events = a.get_bool("overlap_events", true);
+  a.require_default("use_gds", false);
+  a.finish();
+}
+
+}  // namespace zero::config_detail

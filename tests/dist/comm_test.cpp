@@ -1,0 +1,330 @@
+// The communicator under mpirun -np 1..4 (and as a plain process, on the local backend): every op
+// and dtype against a reference computed locally from what every rank contributes.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <cstdlib>
+
+#include "dist_test_world.h"
+#include "zero/comm_stats.h"
+#include "zero/error.h"
+
+using zero::ReduceOp;
+
+namespace {
+
+const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
+                                             at::kChar,  at::kByte,   at::kInt,  at::kLong};
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+// 1 and 7 do not divide evenly by 2, 3 or 4 ranks; 1031 is prime.
+const std::vector<int64_t> kSizes = {0, 1, 7, 1031};
+
+zero::Communicator& comm() { return test_world().communicator(); }
+
+// What rank r contributes: small integers (exact in every dtype), non-negative for uint8.
+at::Tensor contribution(int r, int64_t n, at::ScalarType dtype, int64_t offset = 0) {
+  auto i = torch::arange(offset, offset + n, torch::kLong);
+  auto v = (i * 3 + r * 7) % 11;
+  if (dtype != at::kByte) v = v - 5;
+  return v.to(dtype);
+}
+
+// The reduction as it must come out: accumulate in float64 (or int64), average, cast once.
+at::Tensor reference_reduce(int size, int64_t n, at::ScalarType dtype, ReduceOp op, int64_t offset = 0) {
+  bool floating = at::isFloatingType(dtype);
+  auto wide = floating ? torch::kDouble : torch::kLong;
+  at::Tensor acc;
+  for (int r = 0; r < size; ++r) {
+    auto c = contribution(r, n, dtype, offset).to(wide);
+    if (r == 0) {
+      acc = c;
+    } else if (op == ReduceOp::kMax) {
+      acc = torch::maximum(acc, c);
+    } else if (op == ReduceOp::kMin) {
+      acc = torch::minimum(acc, c);
+    } else {
+      acc = acc + c;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = floating ? acc / size : torch::div(acc, size, "trunc");
+  return acc.to(dtype);
+}
+
+std::string label(at::ScalarType dtype, ReduceOp op, int64_t n) {
+  return std::string(c10::toString(dtype)) + " " + zero::to_string(op) + " n=" + std::to_string(n);
+}
+
+}  // namespace
+
+TEST(World, MatchesTheLauncher) {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(test_world().size(), size ? std::atoi(size) : 1);
+  EXPECT_EQ(test_world().distributed(), size != nullptr);
+  EXPECT_EQ(comm().backend(), size ? "mpi" : "local");
+  EXPECT_EQ(comm().rank(), test_world().rank());
+  if (const char* per_node = std::getenv("ZERO_RANKS_PER_NODE")) {
+    int k = std::atoi(per_node);
+    EXPECT_EQ(test_world().node(), test_world().rank() / k);
+    EXPECT_EQ(test_world().local_rank(), test_world().rank() % k);
+    EXPECT_EQ(test_world().num_nodes(), (test_world().size() + k - 1) / k);
+  } else {
+    EXPECT_EQ(test_world().num_nodes(), 1);  // every rank of these tests shares this machine
+    EXPECT_EQ(test_world().local_size(), test_world().size());
+    EXPECT_EQ(test_world().local_rank(), test_world().rank());
+  }
+}
+
+TEST(Collectives, AllReduceEveryOpAndDtype) {
+  const int rank = comm().rank(), size = comm().size();
+  for (auto dtype : kDtypes) {
+    for (auto op : kOps) {
+      for (int64_t n : kSizes) {
+        at::Tensor t = contribution(rank, n, dtype);
+        comm().all_reduce(t, op)->wait();
+        EXPECT_TRUE(t.equal(reference_reduce(size, n, dtype, op))) << label(dtype, op, n);
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterEveryOpAndDtype) {
+  const int rank = comm().rank(), size = comm().size();
+  for (auto dtype : kDtypes) {
+    for (auto op : kOps) {
+      for (int64_t chunk : kSizes) {
+        at::Tensor input = contribution(rank, chunk * size, dtype);
+        at::Tensor output = torch::empty({chunk}, input.options());
+        comm().reduce_scatter(input, output, op)->wait();
+        at::Tensor expected = reference_reduce(size, chunk * size, dtype, op).narrow(0, rank * chunk, chunk);
+        EXPECT_TRUE(output.equal(expected)) << label(dtype, op, chunk);
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterIntoOwnSliceOfTheInput) {
+  // ZeRO's pattern: a gradient bucket reduced into this rank's slice of the same bucket.
+  const int rank = comm().rank(), size = comm().size();
+  const int64_t chunk = 13;
+  at::Tensor bucket = contribution(rank, chunk * size, at::kFloat);
+  at::Tensor slice = bucket.narrow(0, rank * chunk, chunk);
+  comm().reduce_scatter(bucket, slice, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(slice.equal(reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk, chunk)));
+}
+
+TEST(Collectives, SixteenBitSumsAccumulateInFloat32) {
+  // 256 + 1 + 1 + ... summed in bfloat16 hop by hop stays 256 (its spacing there is 2);
+  // accumulated in float32 and rounded once it does not.
+  const int rank = comm().rank(), size = comm().size();
+  at::Tensor t = torch::full({5}, rank == 0 ? 256.0 : 1.0, torch::kBFloat16);
+  comm().all_reduce(t, ReduceOp::kSum)->wait();
+  float exact = 256.0f + static_cast<float>(size - 1);
+  EXPECT_EQ(t[0].item<float>(), torch::tensor(exact).to(torch::kBFloat16).item<float>());
+}
+
+TEST(Collectives, AllGatherEveryDtype) {
+  const int rank = comm().rank(), size = comm().size();
+  for (auto dtype : kDtypes) {
+    for (int64_t n : kSizes) {
+      at::Tensor input = contribution(rank, n, dtype);
+      at::Tensor output = torch::empty({n * size}, input.options());
+      comm().all_gather(input, output)->wait();
+      for (int r = 0; r < size; ++r) {
+        EXPECT_TRUE(output.narrow(0, r * n, n).equal(contribution(r, n, dtype))) << label(dtype, ReduceOp::kSum, n) << " r=" << r;
+      }
+    }
+  }
+}
+
+TEST(Collectives, AllGatherInPlace) {
+  // The input is this rank's chunk of the output already (ZeRO's parameter all-gather).
+  const int rank = comm().rank(), size = comm().size();
+  const int64_t n = 9;
+  at::Tensor flat = torch::zeros({n * size}, torch::kBFloat16);
+  flat.narrow(0, rank * n, n).copy_(contribution(rank, n, at::kBFloat16));
+  comm().all_gather(flat.narrow(0, rank * n, n), flat)->wait();
+  for (int r = 0; r < size; ++r) EXPECT_TRUE(flat.narrow(0, r * n, n).equal(contribution(r, n, at::kBFloat16)));
+}
+
+TEST(Collectives, BroadcastFromEveryRoot) {
+  const int rank = comm().rank(), size = comm().size();
+  for (auto dtype : kDtypes) {
+    for (int root = 0; root < size; ++root) {
+      at::Tensor t = contribution(rank, 7, dtype);
+      comm().broadcast(t, root)->wait();
+      EXPECT_TRUE(t.equal(contribution(root, 7, dtype))) << c10::toString(dtype) << " root " << root;
+    }
+  }
+}
+
+TEST(Collectives, AllToAll) {
+  const int rank = comm().rank(), size = comm().size();
+  const int64_t chunk = 5;
+  for (auto dtype : kDtypes) {
+    // Chunk j of rank i's input holds contribution(i, chunk, offset = j * chunk).
+    at::Tensor input = contribution(rank, chunk * size, dtype);
+    at::Tensor output = torch::empty_like(input);
+    comm().all_to_all(input, output)->wait();
+    for (int i = 0; i < size; ++i) {
+      EXPECT_TRUE(output.narrow(0, i * chunk, chunk).equal(contribution(i, chunk, dtype, rank * chunk))) << c10::toString(dtype);
+    }
+  }
+}
+
+TEST(Collectives, BarrierAndTest) {
+  auto work = comm().barrier();
+  while (!work->test()) {
+  }
+  EXPECT_EQ(work->error(), "");
+  work->wait();  // waiting again on a finished work is fine
+}
+
+TEST(Collectives, TwoOpsInFlight) {
+  const int rank = comm().rank(), size = comm().size();
+  at::Tensor a = contribution(rank, 1031, at::kFloat);
+  at::Tensor gathered = torch::empty({7 * size}, torch::kLong);
+  at::Tensor b = contribution(rank, 7, at::kLong);
+  auto first = comm().all_reduce(a, ReduceOp::kMax);
+  auto second = comm().all_gather(b, gathered);
+  second->wait();  // finish in the other order
+  first->wait();
+  EXPECT_TRUE(a.equal(reference_reduce(size, 1031, at::kFloat, ReduceOp::kMax)));
+  for (int r = 0; r < size; ++r) EXPECT_TRUE(gathered.narrow(0, r * 7, 7).equal(contribution(r, 7, at::kLong)));
+}
+
+TEST(Collectives, SubCommunicators) {
+  zero::World& world = test_world();
+  auto node = world.intra_node();
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->size(), world.local_size());
+  EXPECT_EQ(node->rank(), world.local_rank());
+  auto across = world.inter_node();
+  ASSERT_NE(across, nullptr);
+  EXPECT_EQ(across->rank(), world.node());
+  // Sum of world ranks over the group {0, last}.
+  auto edges = world.group({0, world.size() - 1});
+  bool member = world.rank() == 0 || world.rank() == world.size() - 1;
+  ASSERT_EQ(edges != nullptr, member);
+  if (edges) {
+    at::Tensor t = torch::full({3}, world.rank(), torch::kInt);
+    edges->all_reduce(t, ReduceOp::kSum)->wait();
+    int expected = world.size() == 1 ? 0 : world.size() - 1;
+    EXPECT_EQ(t[2].item<int>(), expected);
+  }
+  EXPECT_THROW(world.group({0, world.size()}), zero::Error);
+}
+
+TEST(Collectives, CountingDecoratorMeasuresBytes) {
+  auto stats = std::make_shared<zero::CommStats>();
+  zero::CountingCommunicator counted(comm(), stats);
+  const int size = comm().size(), rank = comm().rank();
+  const double n = size;
+  at::Tensor grads = torch::ones({1000}, torch::kFloat);
+  counted.all_reduce(grads, ReduceOp::kSum)->wait();
+  counted.all_reduce(grads, ReduceOp::kSum)->wait();
+  at::Tensor shard = torch::empty({250}, torch::kBFloat16);
+  at::Tensor full = torch::zeros({250 * size}, torch::kBFloat16);
+  counted.reduce_scatter(full, shard, ReduceOp::kSum)->wait();
+  counted.all_gather(shard, full)->wait();
+  counted.barrier()->wait();
+
+  zero::OpStats ar = stats->total(zero::CollectiveOp::kAllReduce);
+  EXPECT_EQ(ar.calls, 2);
+  EXPECT_EQ(ar.elements, 2000);
+  EXPECT_EQ(ar.message_bytes, 8000);
+  EXPECT_DOUBLE_EQ(ar.bus_bytes, 2 * 2 * (n - 1) / n * 4000);
+  EXPECT_GT(ar.seconds, 0);
+  zero::OpStats rs = stats->total(zero::CollectiveOp::kReduceScatter);
+  EXPECT_EQ(rs.message_bytes, 500 * size);
+  EXPECT_DOUBLE_EQ(rs.bus_bytes, (n - 1) / n * 500 * size);
+  zero::OpStats ag = stats->total(zero::CollectiveOp::kAllGather);
+  EXPECT_EQ(ag.elements, 250 * size);
+  EXPECT_DOUBLE_EQ(ag.bus_bytes, (n - 1) / n * 500 * size);
+  EXPECT_EQ(stats->total(zero::CollectiveOp::kBarrier).calls, 1);
+  EXPECT_EQ(stats->by_size().size(), 4u);  // one message size per op
+  (void)rank;
+}
+
+// Mismatches: every rank must get an error (no hang), naming what differs.
+class Mismatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (comm().size() == 1) GTEST_SKIP() << "needs two or more ranks";
+  }
+  template <typename F>
+  std::string error_of(F&& f) {
+    try {
+      f();
+    } catch (const zero::Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+TEST_F(Mismatch, SizeDiffers) {
+  const int rank = comm().rank();
+  at::Tensor t = torch::ones({10 + rank}, torch::kFloat);
+  std::string e = error_of([&] { comm().all_reduce(t, ReduceOp::kSum)->wait(); });
+  EXPECT_NE(e.find("all_reduce: ranks disagree on the size: this rank has " + std::to_string(10 + rank) + " elements"),
+            std::string::npos) << e;
+}
+
+TEST_F(Mismatch, DtypeDiffers) {
+  at::Tensor t = torch::ones({4}, comm().rank() == 0 ? torch::kFloat : torch::kDouble);
+  std::string e = error_of([&] { comm().broadcast(t, 0)->wait(); });
+  EXPECT_NE(e.find("broadcast: ranks disagree on the dtype"), std::string::npos) << e;
+}
+
+TEST_F(Mismatch, CollectiveDiffers) {
+  at::Tensor t = torch::ones({4}, torch::kFloat);
+  std::string e = error_of([&] {
+    if (comm().rank() == 0) {
+      comm().broadcast(t, 0)->wait();
+    } else {
+      comm().all_reduce(t, ReduceOp::kSum)->wait();
+    }
+  });
+  EXPECT_NE(e.find("ranks are not calling the same collective"), std::string::npos) << e;
+}
+
+TEST_F(Mismatch, RootAndReduceOpDiffer) {
+  at::Tensor t = torch::ones({4}, torch::kFloat);
+  std::string e = error_of([&] { comm().broadcast(t, comm().rank() == 0 ? 0 : 1)->wait(); });
+  EXPECT_NE(e.find("disagree on the root"), std::string::npos) << e;
+  e = error_of([&] { comm().all_reduce(t, comm().rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax)->wait(); });
+  EXPECT_NE(e.find("disagree on the reduce op"), std::string::npos) << e;
+}
+
+TEST_F(Mismatch, OneRankWithABadOutputStopsEveryRank) {
+  const int rank = comm().rank(), size = comm().size();
+  at::Tensor input = torch::ones({6}, torch::kFloat);
+  at::Tensor output = torch::empty({6 * size + (rank == 1 ? 1 : 0)}, torch::kFloat);
+  std::string e = error_of([&] { comm().all_gather(input, output)->wait(); });
+  if (rank == 1) {
+    EXPECT_NE(e.find("all_gather: output float32[" + std::to_string(6 * size + 1) + "] must have " + std::to_string(size) +
+                     "x the elements of input float32[6]"),
+              std::string::npos) << e;
+  } else {
+    EXPECT_NE(e.find("all_gather: rank 1 passed invalid arguments"), std::string::npos) << e;
+  }
+  // The communicator still works afterwards.
+  at::Tensor t = torch::ones({3}, torch::kFloat);
+  comm().all_reduce(t, ReduceOp::kSum)->wait();
+  EXPECT_EQ(t[0].item<float>(), size);
+}
+
+TEST(LocalChecks, BadArgumentsAreClearErrors) {
+  at::Tensor t = torch::ones({4, 4}, torch::kFloat).t();  // not contiguous
+  EXPECT_THROW(comm().all_reduce(t, ReduceOp::kSum), zero::Error);
+  at::Tensor b = torch::ones({4}, torch::kBool);
+  try {
+    comm().all_reduce(b, ReduceOp::kSum);
+    FAIL();
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dtype Bool"), std::string::npos) << e.what();
+  }
+  at::Tensor x = torch::ones({4}, torch::kFloat);
+  EXPECT_THROW(comm().broadcast(x, comm().size()), zero::Error);
+}

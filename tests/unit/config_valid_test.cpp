@@ -1,0 +1,174 @@
+#include <gtest/gtest.h>
+
+#include "config_test_util.h"
+
+using namespace zero;
+
+TEST(ConfigSeeds, QuickStartZero3) {
+  AutoContext ctx{.world_size = 4, .hidden_size = 4096};
+  Config c = Config::from_file(example_config("ds_zero3.json"), ctx);
+  EXPECT_TRUE(c.bf16);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c.zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c.zero.overlap_comm);
+  EXPECT_EQ(c.zero.sub_group_size, 1'000'000'000);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 4096 * 4096);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 15099494);  // floor(0.9 * 4096^2)
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 40960);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 1'000'000'000);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 1);
+  EXPECT_EQ(c.train_batch_size, 16);  // 1 * 4 * 4 ranks
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kNone);
+  EXPECT_TRUE(c.unresolved().empty());
+  EXPECT_TRUE(c.resolved());
+  EXPECT_EQ(source_of(c, "zero_optimization.reduce_bucket_size"), ValueSource::kAuto);
+  EXPECT_EQ(source_of(c, "train_batch_size"), ValueSource::kAuto);
+  EXPECT_EQ(source_of(c, "zero_optimization.stage"), ValueSource::kFile);
+  EXPECT_EQ(source_of(c, "zero_optimization.allgather_bucket_size"), ValueSource::kDefault);
+}
+
+TEST(ConfigSeeds, PatternA) {
+  Config c = Config::from_file(example_config("pattern_a_zero3_offload.json"), {.world_size = 8});
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 2'000'000'000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500'000'000);  // default
+  EXPECT_EQ(c.train_batch_size, 64);                 // 1 * 8 * 8
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 2e-5);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+  EXPECT_TRUE(c.optimizer.adam_w_mode);
+}
+
+TEST(ConfigSeeds, PatternB) {
+  Config c = Config::from_file(example_config("pattern_b_zero2.json"), {.world_size = 32});
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_TRUE(c.zero.overlap_comm);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 200'000'000);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 200'000'000);
+  EXPECT_EQ(c.train_batch_size, 128);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_FALSE(c.activation_checkpointing.partition_activations);
+}
+
+TEST(ConfigSeeds, PatternCRejectsTensorAndPipelineParallel) {
+  try {
+    Config::parse_file(example_config("pattern_c_3d.json"));
+    FAIL() << "pattern C accepted";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 2u) << e.what();
+    EXPECT_EQ(e.problems()[0], "tensor_parallel: not supported by zerocpp: tensor_parallel");
+    EXPECT_EQ(e.problems()[1], "pipeline_parallel: not supported by zerocpp: pipeline_parallel");
+  }
+}
+
+TEST(ConfigSeeds, SecondSeedZero2Block) {
+  // A zero_optimization-only block: the trainer's micro batch completes the triad.
+  Config c = Config::from_file(example_config("seed2_zero2_offload.json"), {.world_size = 8, .micro_batch_size = 2});
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c.zero.allgather_partitions);
+  EXPECT_TRUE(c.zero.reduce_scatter);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 200'000'000);
+  EXPECT_EQ(c.train_batch_size, 16);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+}
+
+TEST(ConfigDefaults, EmptyObjectHasDeepSpeedDefaults) {
+  Config c = Config::parse("{\"train_batch_size\": 8}");
+  c.resolve({.world_size = 2});
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_FALSE(c.zero.overlap_comm);
+  EXPECT_TRUE(c.zero.contiguous_gradients);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 100'000);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_EQ(c.aio.block_size, 1'048'576);
+  EXPECT_EQ(c.aio.queue_depth, 8);
+  EXPECT_EQ(c.checkpoint.tag_validation, TagValidation::kWarn);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.seed, 1234);
+}
+
+TEST(ConfigDefaults, OverlapCommDefaultFollowsStage) {
+  EXPECT_TRUE(Config::parse(R"({"zero_optimization": {"stage": 3}})").zero.overlap_comm);
+  EXPECT_FALSE(Config::parse(R"({"zero_optimization": {"stage": 2}})").zero.overlap_comm);
+  EXPECT_FALSE(Config::parse(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})").zero.overlap_comm);
+}
+
+TEST(ConfigParse, IntegersInExponentForm) {
+  Config c = Config::parse(R"({"zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 2.5e3}})");
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 2500);
+}
+
+TEST(ConfigParse, DeprecatedAliasesWarn) {
+  Config c = Config::parse(R"({
+    "bfloat16": {"enabled": true},
+    "zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
+                          "stage3_gather_fp16_weights_on_model_save": true}})");
+  EXPECT_TRUE(c.bf16);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  ASSERT_EQ(c.warnings().size(), 4u);
+  EXPECT_NE(c.warnings()[0].find("bfloat16 is deprecated"), std::string::npos);
+  EXPECT_EQ(source_of(c, "zero_optimization.offload_optimizer.device"), ValueSource::kAlias);
+}
+
+TEST(ConfigParse, OptimizerTypesAndDefaults) {
+  Config lion = Config::parse(R"({"optimizer": {"type": "lion"}})");
+  EXPECT_EQ(lion.optimizer.type, OptimizerType::kLion);
+  EXPECT_DOUBLE_EQ(lion.optimizer.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(lion.optimizer.beta2, 0.99);
+  Config adagrad = Config::parse(R"({"optimizer": {"type": "Adagrad"}})");
+  EXPECT_DOUBLE_EQ(adagrad.optimizer.lr, 1e-2);
+  EXPECT_DOUBLE_EQ(adagrad.optimizer.eps, 1e-10);
+  Config adam = Config::parse(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.1}}})");
+  EXPECT_FALSE(adam.optimizer.adam_w_mode);
+  EXPECT_DOUBLE_EQ(adam.optimizer.weight_decay, 0.1);
+  Config sgd = Config::parse(R"({"zero_allow_untested_optimizer": true, "zero_optimization": {"stage": 1},
+                                 "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}}})");
+  EXPECT_EQ(sgd.optimizer.type, OptimizerType::kSgd);
+  EXPECT_TRUE(sgd.optimizer.nesterov);
+}
+
+TEST(ConfigParse, Schedulers) {
+  Config one = Config::parse(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+                                  "cycle_first_step_size": 100}}})");
+  EXPECT_EQ(one.scheduler.type, SchedulerType::kOneCycle);
+  EXPECT_EQ(one.scheduler.cycle_second_step_size, 100);  // defaults to the first
+  Config cos = Config::parse(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000}}})");
+  EXPECT_EQ(cos.scheduler.total_num_steps, 1000);
+  EXPECT_DOUBLE_EQ(cos.scheduler.cos_min_ratio, 1e-4);
+  Config decay = Config::parse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 50,
+                                    "warmup_type": "linear", "warmup_num_steps": 5}}})");
+  EXPECT_EQ(decay.scheduler.warmup_type, "linear");
+  EXPECT_EQ(decay.scheduler.warmup_num_steps, 5);
+}
+
+TEST(ConfigParse, SwitchedOffUnsupportedFeatureIsAcceptedWithWarning) {
+  Config c = Config::parse(R"({"amp": {"enabled": false}, "sparse_gradients": false})");
+  EXPECT_EQ(c.warnings().size(), 2u);
+}
+
+TEST(ConfigParse, NetworkMonitorsWarn) {
+  Config c = Config::parse(R"({"wandb": {"enabled": true, "project": "x"}, "tensorboard": {"enabled": true,
+                               "output_path": "tb/"}})");
+  EXPECT_TRUE(c.tensorboard.enabled);
+  EXPECT_EQ(c.tensorboard.output_path, "tb/");
+  ASSERT_EQ(c.warnings().size(), 1u);
+  EXPECT_NE(c.warnings()[0].find("wandb.enabled"), std::string::npos);
+}
