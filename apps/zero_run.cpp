@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   app.add_option("-e,--exclude", o.exclude, "hosts/slots to leave out, same syntax");
   app.add_option("--master_addr", o.master_addr, "exported as MASTER_ADDR (default: first host)");
   app.add_option("--master_port", o.master_port, "exported as MASTER_PORT")->check(CLI::Range(1, 65535));
-  app.add_option("--env", env_flags, "KEY=VALUE exported to every rank (repeatable)");
+  app.add_option("--env", env_flags, "KEY=VALUE exported to every rank (repeatable)")
+      ->allow_extra_args(false);  // one KEY=VALUE per --env: the program's arguments follow
   app.add_option("--log-dir", o.log_dir, "write each rank's output to DIR/rank.N.log as well");
   app.add_flag("--dry-run", dry_run, "print the mpirun command and exit");
   CLI11_PARSE(app, argc, argv);

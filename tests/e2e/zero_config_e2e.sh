@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zero-config check as a user runs it: exit codes and what it prints.
 set -u
-bin=$1 src=$2
+bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 fail=0
 check() {  # check NAME EXPECTED_STATUS PATTERN -- command...
   local name=$1 want=$2 pattern=$3

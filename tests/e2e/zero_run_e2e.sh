@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zero-run as a user runs it: a real 3-rank run, per-rank logs, a failing rank, the dry run.
 set -u
-bin=$1 src=$2 tests=$3
+bin=$(cd "$1" && pwd) src=$2 tests=$(cd "$3" && pwd)
 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
