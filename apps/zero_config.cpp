@@ -1,7 +1,8 @@
 // zero-config check FILE — validates a DeepSpeed config and prints every effective value with
 // where it came from (file, default, auto, deprecated alias). Exit 0 when valid, 1 otherwise.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
 
 #include "zero/config.h"
 #include "zero/error.h"
@@ -16,14 +17,18 @@ int main(int argc, char** argv) {
   int64_t hidden = 0, micro = 0, accumulation = 0, warmup = -1, max_steps = 0;
   double lr = -1, max_grad_norm = -1;
   check->add_option("FILE", file, "the DeepSpeed JSON config")->required();
-  check->add_option("--world-size", ctx.world_size, "number of ranks the batch triad is resolved for")->check(CLI::PositiveNumber);
-  check->add_option("--hidden-size", hidden, "model hidden size, for \"auto\" bucket sizes")->check(CLI::PositiveNumber);
+  check->add_option("--world-size", ctx.world_size, "number of ranks the batch triad is resolved for")
+      ->check(CLI::PositiveNumber);
+  check->add_option("--hidden-size", hidden, "model hidden size, for \"auto\" bucket sizes")
+      ->check(CLI::PositiveNumber);
   check->add_option("--micro-batch", micro, "trainer's per-rank micro batch, for \"auto\"")->check(CLI::PositiveNumber);
-  check->add_option("--grad-accum", accumulation, "trainer's gradient accumulation steps, for \"auto\"")->check(CLI::PositiveNumber);
+  check->add_option("--grad-accum", accumulation, "trainer's gradient accumulation steps, for \"auto\"")
+      ->check(CLI::PositiveNumber);
   check->add_option("--lr", lr, "trainer's learning rate, for \"auto\"")->check(CLI::NonNegativeNumber);
   check->add_option("--warmup-steps", warmup, "trainer's warmup steps, for \"auto\"")->check(CLI::NonNegativeNumber);
   check->add_option("--max-steps", max_steps, "trainer's total steps, for \"auto\"")->check(CLI::PositiveNumber);
-  check->add_option("--max-grad-norm", max_grad_norm, "trainer's clipping norm, for \"auto\"")->check(CLI::NonNegativeNumber);
+  check->add_option("--max-grad-norm", max_grad_norm, "trainer's clipping norm, for \"auto\"")
+      ->check(CLI::NonNegativeNumber);
   bool strict = false;
   check->add_flag("--strict", strict, "treat \"auto\" values that cannot be resolved as errors");
   CLI11_PARSE(app, argc, argv);

@@ -5,13 +5,13 @@
 //
 // Each rank runs under zero-run's own rank wrapper, which records a failing rank's exit status,
 // so zero-run can say which rank failed first; --log-dir also keeps one log per rank.
+#include <fmt/core.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
-#include <fmt/core.h>
 #include <fstream>
 #include <sstream>
 

@@ -3,12 +3,11 @@
 // 2(n-1)/n for all-reduce, (n-1)/n for reduce-scatter and all-gather, 1 for broadcast).
 //
 //   zero-run -n 2 build/bench/bench_comm [--quick] [--max-bytes N]
-#include <mpi.h>
-
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <mpi.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -80,64 +79,74 @@ int main(int argc, char** argv) {
                              {zero::CollectiveOp::kAllGather, (nd - 1) / nd},
                              {zero::CollectiveOp::kBroadcast, 1.0}};
   std::vector<int64_t> sizes;
-  for (int64_t b = quick ? (1 << 16) : 4096; b <= (quick ? (4 << 20) : max_bytes); b *= quick ? 8 : 4) sizes.push_back(b);
+  for (int64_t b = quick ? (1 << 16) : 4096; b <= (quick ? (4 << 20) : max_bytes); b *= quick ? 8 : 4)
+    sizes.push_back(b);
 
   if (rank == 0) {
-    fmt::print("# bench_comm: {} rank(s), float32, torch threads 1, backend {}\n", n, world.communicator().backend());
-    fmt::print("| op | bytes | MPI µs | zerocpp µs | zerocpp unchecked µs | MPI busbw GB/s | zerocpp busbw GB/s | "
-               "zerocpp / MPI busbw | unchecked / MPI busbw |\n");
-    fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fmt::print("# bench_comm: {} rank(s), float32, torch threads 1\n", n);
+    fmt::print("# blocking: MPI_<op> vs zerocpp {{.async = false}}; async: MPI_I<op> + MPI_Wait vs zerocpp async + wait;\n");
+    fmt::print("# unchecked: zerocpp blocking without the cross-rank consistency check. busbw in GB/s.\n");
+    fmt::print("| op | bytes | MPI busbw | zerocpp busbw | zerocpp / MPI | MPI_I* busbw | zerocpp async busbw | "
+               "async / MPI_I* | unchecked / MPI | zerocpp µs |\n");
+    fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
+  const zero::CollectiveOptions blocking{.async = false};
   for (const OpCase& c : ops) {
     for (int64_t bytes : sizes) {
-      const int64_t elements = bytes / 4;
-      const int64_t chunk = elements / n;
+      const int64_t chunk = bytes / 4 / n;
       if (chunk == 0) continue;
       const int64_t total = chunk * n;  // the message: all-reduce/broadcast tensor, reduce-scatter input, all-gather output
       at::Tensor full = torch::ones({total});
       at::Tensor part = torch::ones({chunk});
       at::Tensor full_out = torch::empty({total});
-      std::function<void()> mpi;
-      // One launcher per communicator: the checked world and the unchecked one.
-      auto make = [&](zero::Communicator& comm) -> std::function<void()> {
+      const int count = static_cast<int>(total), chunk_count = static_cast<int>(chunk);
+      auto ours = [&](zero::Communicator& comm, const zero::CollectiveOptions& mode) -> std::function<void()> {
         switch (c.op) {
-          case zero::CollectiveOp::kAllReduce: return [&] { comm.all_reduce(full, zero::ReduceOp::kSum)->wait(); };
+          case zero::CollectiveOp::kAllReduce: return [&, mode] { comm.all_reduce(full, zero::ReduceOp::kSum, mode)->wait(); };
           case zero::CollectiveOp::kReduceScatter:
-            return [&] { comm.reduce_scatter(full, part, zero::ReduceOp::kSum)->wait(); };
-          case zero::CollectiveOp::kAllGather: return [&] { comm.all_gather(part, full_out)->wait(); };
-          default: return [&] { comm.broadcast(full, 0)->wait(); };
+            return [&, mode] { comm.reduce_scatter(full, part, zero::ReduceOp::kSum, mode)->wait(); };
+          case zero::CollectiveOp::kAllGather: return [&, mode] { comm.all_gather(part, full_out, mode)->wait(); };
+          default: return [&, mode] { comm.broadcast(full, 0, mode)->wait(); };
         }
       };
-      std::function<void()> ours = make(world.communicator()), ours_unchecked = make(unchecked_world.communicator());
-      switch (c.op) {
-        case zero::CollectiveOp::kAllReduce:
-          mpi = [&] { MPI_Allreduce(MPI_IN_PLACE, full.data_ptr(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, raw); };
-          break;
-        case zero::CollectiveOp::kReduceScatter:
-          mpi = [&] {
-            MPI_Reduce_scatter_block(full.data_ptr(), part.data_ptr(), static_cast<int>(chunk), MPI_FLOAT, MPI_SUM, raw);
-          };
-          break;
-        case zero::CollectiveOp::kAllGather:
-          mpi = [&] {
-            MPI_Allgather(part.data_ptr(), static_cast<int>(chunk), MPI_FLOAT, full_out.data_ptr(), static_cast<int>(chunk),
-                          MPI_FLOAT, raw);
-          };
-          break;
-        default:
-          mpi = [&] { MPI_Bcast(full.data_ptr(), static_cast<int>(total), MPI_FLOAT, 0, raw); };
-          break;
-      }
-      // Interleave to share whatever noise the machine has.
-      double t_mpi = time_per_call(mpi, budget, raw);
-      double t_ours = time_per_call(ours, budget, raw);
-      double t_unchecked = time_per_call(ours_unchecked, budget, raw);
-      double message = static_cast<double>(total) * 4;
-      double bus_mpi = message / t_mpi * c.bus_factor / 1e9, bus_ours = message / t_ours * c.bus_factor / 1e9;
+      // Raw MPI, blocking (nonblocking = false) or MPI_I<op> followed by MPI_Wait.
+      auto mpi = [&](bool nonblocking) -> std::function<void()> {
+        return [&, nonblocking] {
+          MPI_Request r;
+          switch (c.op) {
+            case zero::CollectiveOp::kAllReduce:
+              if (!nonblocking) MPI_Allreduce(MPI_IN_PLACE, full.data_ptr(), count, MPI_FLOAT, MPI_SUM, raw);
+              else MPI_Iallreduce(MPI_IN_PLACE, full.data_ptr(), count, MPI_FLOAT, MPI_SUM, raw, &r);
+              break;
+            case zero::CollectiveOp::kReduceScatter:
+              if (!nonblocking) MPI_Reduce_scatter_block(full.data_ptr(), part.data_ptr(), chunk_count, MPI_FLOAT, MPI_SUM, raw);
+              else MPI_Ireduce_scatter_block(full.data_ptr(), part.data_ptr(), chunk_count, MPI_FLOAT, MPI_SUM, raw, &r);
+              break;
+            case zero::CollectiveOp::kAllGather:
+              if (!nonblocking) {
+                MPI_Allgather(part.data_ptr(), chunk_count, MPI_FLOAT, full_out.data_ptr(), chunk_count, MPI_FLOAT, raw);
+              } else {
+                MPI_Iallgather(part.data_ptr(), chunk_count, MPI_FLOAT, full_out.data_ptr(), chunk_count, MPI_FLOAT, raw, &r);
+              }
+              break;
+            default:
+              if (!nonblocking) MPI_Bcast(full.data_ptr(), count, MPI_FLOAT, 0, raw);
+              else MPI_Ibcast(full.data_ptr(), count, MPI_FLOAT, 0, raw, &r);
+              break;
+          }
+          if (nonblocking) MPI_Wait(&r, MPI_STATUS_IGNORE);
+        };
+      };
+      double t_mpi = time_per_call(mpi(false), budget, raw);
+      double t_ours = time_per_call(ours(world.communicator(), blocking), budget, raw);
+      double t_mpi_nb = time_per_call(mpi(true), budget, raw);
+      double t_async = time_per_call(ours(world.communicator(), {}), budget, raw);
+      double t_unchecked = time_per_call(ours(unchecked_world.communicator(), blocking), budget, raw);
+      auto busbw = [&](double t) { return static_cast<double>(total) * 4 / t * c.bus_factor / 1e9; };
       if (rank == 0) {
-        fmt::print("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", zero::to_string(c.op),
-                   total * 4, t_mpi * 1e6, t_ours * 1e6, t_unchecked * 1e6, bus_mpi, bus_ours, t_mpi / t_ours,
-                   t_mpi / t_unchecked);
+        fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} |\n", zero::to_string(c.op),
+                   total * 4, busbw(t_mpi), busbw(t_ours), t_mpi / t_ours, busbw(t_mpi_nb), busbw(t_async),
+                   t_mpi_nb / t_async, t_mpi / t_unchecked, t_ours * 1e6);
       }
     }
   }

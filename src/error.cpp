@@ -4,8 +4,8 @@ namespace zero {
 namespace {
 
 std::string join_problems(const std::string& origin, const std::vector<std::string>& problems) {
-  std::string text = origin + ": " + std::to_string(problems.size()) +
-                     (problems.size() == 1 ? " problem" : " problems");
+  std::string text =
+      origin + ": " + std::to_string(problems.size()) + (problems.size() == 1 ? " problem" : " problems");
   for (const auto& p : problems) text += "\n  " + p;
   return text;
 }

@@ -20,10 +20,10 @@ namespace zero {
 
 struct OpStats {
   int64_t calls = 0;
-  int64_t elements = 0;        // message elements, summed over calls
-  int64_t message_bytes = 0;   // summed over calls
-  double bus_bytes = 0;        // summed over calls
-  double seconds = 0;          // summed over completed calls
+  int64_t elements = 0;       // message elements, summed over calls
+  int64_t message_bytes = 0;  // summed over calls
+  double bus_bytes = 0;       // summed over calls
+  double seconds = 0;         // summed over completed calls
 };
 
 class CommStats {
@@ -53,12 +53,17 @@ class CountingCommunicator : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string backend() const override { return inner_->backend(); }
-  std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op) override;
-  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) override;
-  std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output) override;
-  std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root) override;
-  std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output) override;
-  std::shared_ptr<Work> barrier() override;
+  // The defaults repeat Communicator's, so calls through this type read the same.
+  std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum,
+                                   const CollectiveOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op = ReduceOp::kSum,
+                                       const CollectiveOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output,
+                                   const CollectiveOptions& options = {}) override;
+  std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root, const CollectiveOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
+                                   const CollectiveOptions& options = {}) override;
+  std::shared_ptr<Work> barrier(const CollectiveOptions& options = {}) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:

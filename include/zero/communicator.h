@@ -47,6 +47,14 @@ class Work {
   virtual std::string error() const = 0;
 };
 
+// Per-call options.
+struct CollectiveOptions {
+  // true: return at once and overlap (MPI's non-blocking collectives). false: complete before
+  // returning, through MPI's blocking collectives, whose tuned algorithms are up to ~2x faster
+  // on shared memory (docs/PERFORMANCE.md); use it when the caller would wait straight away.
+  bool async = true;
+};
+
 struct CommunicatorOptions {
   // Compare op, dtype, sizes and root across ranks before each collective (one small extra
   // all-reduce). Turn off only for measured hot paths whose call sequence is known to match.
@@ -65,17 +73,21 @@ class Communicator {
   virtual std::string backend() const = 0;  // "mpi", "local", "nccl"
 
   // In place: every rank ends with op over all ranks' `tensor`.
-  virtual std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  virtual std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum,
+                                           const CollectiveOptions& options = {}) = 0;
   // input.numel() == size() × output.numel(): rank r receives op over all ranks of chunk r.
   virtual std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output,
-                                               ReduceOp op = ReduceOp::kSum) = 0;
+                                               ReduceOp op = ReduceOp::kSum, const CollectiveOptions& options = {}) = 0;
   // output.numel() == size() × input.numel(): chunk r of output is rank r's input.
-  virtual std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output) = 0;
+  virtual std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output,
+                                           const CollectiveOptions& options = {}) = 0;
   // In place: every rank ends with `root`'s tensor.
-  virtual std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root) = 0;
+  virtual std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root,
+                                          const CollectiveOptions& options = {}) = 0;
   // input and output hold size() equal chunks: chunk j of rank i's input lands in chunk i of rank j's output.
-  virtual std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output) = 0;
-  virtual std::shared_ptr<Work> barrier() = 0;
+  virtual std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
+                                           const CollectiveOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> barrier(const CollectiveOptions& options = {}) = 0;
 
   // Collective over this group: ranks passing the same color form a new communicator, ordered by
   // key then rank. A negative color takes no part and gets nullptr.

@@ -33,7 +33,7 @@ enum class ValueSource { kDefault, kFile, kAuto, kAlias };
 
 struct Fp16Config {
   bool enabled = false;
-  double loss_scale = 0;          // 0 = dynamic
+  double loss_scale = 0;  // 0 = dynamic
   int initial_scale_power = 16;
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
@@ -69,14 +69,14 @@ struct ZeroConfig {
   int64_t reduce_bucket_size = 500'000'000;  // elements; "auto" = hidden²
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500'000'000;
-  bool overlap_comm = false;                 // default depends on the stage: true at stage 3
+  bool overlap_comm = false;  // default depends on the stage: true at stage 3
   bool load_from_fp32_weights = true;
   bool round_robin_gradients = false;
   OffloadOptimizerConfig offload_optimizer;
   OffloadParamConfig offload_param;
   int64_t sub_group_size = 1'000'000'000;
-  int64_t stage3_prefetch_bucket_size = 50'000'000;         // "auto" = 0.9·hidden²
-  int64_t stage3_param_persistence_threshold = 100'000;     // "auto" = 10·hidden
+  int64_t stage3_prefetch_bucket_size = 50'000'000;      // "auto" = 0.9·hidden²
+  int64_t stage3_param_persistence_threshold = 100'000;  // "auto" = 10·hidden
   int64_t stage3_model_persistence_threshold = INT64_MAX;
   int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
@@ -170,7 +170,7 @@ struct CheckpointConfig {
 struct AutoContext {
   int world_size = 1;
   std::optional<int64_t> hidden_size;
-  std::optional<int64_t> micro_batch_size;       // per_device_train_batch_size
+  std::optional<int64_t> micro_batch_size;  // per_device_train_batch_size
   std::optional<int64_t> gradient_accumulation_steps;
   std::optional<double> learning_rate;
   std::optional<double> weight_decay;

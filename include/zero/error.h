@@ -30,7 +30,7 @@ class ConfigError : public Error {
  public:
   ConfigError(std::string origin, std::vector<std::string> problems);
 
-  const std::string& origin() const { return origin_; }            // file name or "<string>"
+  const std::string& origin() const { return origin_; }  // file name or "<string>"
   const std::vector<std::string>& problems() const { return problems_; }
 
  private:

@@ -26,11 +26,11 @@ class World {
 
   int rank() const;
   int size() const;
-  int local_rank() const;   // rank among the processes on this node
+  int local_rank() const;  // rank among the processes on this node
   int local_size() const;
-  int node() const;         // index of this node, 0..num_nodes()-1, in rank order
+  int node() const;  // index of this node, 0..num_nodes()-1, in rank order
   int num_nodes() const;
-  bool distributed() const; // launched by an MPI launcher
+  bool distributed() const;  // launched by an MPI launcher
 
   // The whole world.
   Communicator& communicator();

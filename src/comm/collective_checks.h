@@ -17,7 +17,7 @@ void check_pair(CollectiveOp op, const at::Tensor& input, const at::Tensor& outp
                 int64_t out_factor, bool require_cpu, int rank);
 void check_root(int root, int size, int rank);
 bool is_16bit_float(const at::Tensor& t);
-std::string describe(const at::Tensor& t);  // "float32[1024]"
+std::string describe(const at::Tensor& t);    // "float32[1024]"
 std::string dtype_name(at::ScalarType type);  // "float32", "bfloat16", ...
 
 }  // namespace zero::comm_detail

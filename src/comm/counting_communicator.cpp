@@ -12,7 +12,8 @@ using Clock = std::chrono::steady_clock;
 // Records the time from launch to the first moment completion is observed.
 class TimedWork : public Work {
  public:
-  TimedWork(std::shared_ptr<Work> inner, std::shared_ptr<CommStats> stats, CollectiveOp op, int64_t bytes, Clock::time_point start)
+  TimedWork(std::shared_ptr<Work> inner, std::shared_ptr<CommStats> stats, CollectiveOp op, int64_t bytes,
+            Clock::time_point start)
       : inner_(std::move(inner)), stats_(std::move(stats)), op_(op), bytes_(bytes), start_(start) {}
   void wait() override {
     inner_->wait();
@@ -96,32 +97,42 @@ std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, const at::Ten
   return std::make_shared<TimedWork>(launch(), stats_, op, bytes, start);
 }
 
-std::shared_ptr<Work> CountingCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+std::shared_ptr<Work> CountingCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op,
+                                                       const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllReduce, &tensor, 2 * (n - 1) / n, [&] { return inner_->all_reduce(tensor, op); });
+  return timed(CollectiveOp::kAllReduce, &tensor, 2 * (n - 1) / n,
+               [&] { return inner_->all_reduce(tensor, op, options); });
 }
 
-std::shared_ptr<Work> CountingCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) {
+std::shared_ptr<Work> CountingCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
+                                                           ReduceOp op, const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kReduceScatter, &input, (n - 1) / n, [&] { return inner_->reduce_scatter(input, output, op); });
+  return timed(CollectiveOp::kReduceScatter, &input, (n - 1) / n,
+               [&] { return inner_->reduce_scatter(input, output, op, options); });
 }
 
-std::shared_ptr<Work> CountingCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output) {
+std::shared_ptr<Work> CountingCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
+                                                       const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllGather, &output, (n - 1) / n, [&] { return inner_->all_gather(input, output); });
+  return timed(CollectiveOp::kAllGather, &output, (n - 1) / n,
+               [&] { return inner_->all_gather(input, output, options); });
 }
 
-std::shared_ptr<Work> CountingCommunicator::broadcast(const at::Tensor& tensor, int root) {
-  return timed(CollectiveOp::kBroadcast, &tensor, size() > 1 ? 1.0 : 0.0, [&] { return inner_->broadcast(tensor, root); });
+std::shared_ptr<Work> CountingCommunicator::broadcast(const at::Tensor& tensor, int root,
+                                                      const CollectiveOptions& options) {
+  return timed(CollectiveOp::kBroadcast, &tensor, size() > 1 ? 1.0 : 0.0,
+               [&] { return inner_->broadcast(tensor, root, options); });
 }
 
-std::shared_ptr<Work> CountingCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output) {
+std::shared_ptr<Work> CountingCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output,
+                                                       const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllToAll, &input, (n - 1) / n, [&] { return inner_->all_to_all(input, output); });
+  return timed(CollectiveOp::kAllToAll, &input, (n - 1) / n,
+               [&] { return inner_->all_to_all(input, output, options); });
 }
 
-std::shared_ptr<Work> CountingCommunicator::barrier() {
-  return timed(CollectiveOp::kBarrier, nullptr, 0.0, [&] { return inner_->barrier(); });
+std::shared_ptr<Work> CountingCommunicator::barrier(const CollectiveOptions& options) {
+  return timed(CollectiveOp::kBarrier, nullptr, 0.0, [&] { return inner_->barrier(options); });
 }
 
 std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key) {

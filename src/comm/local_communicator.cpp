@@ -17,36 +17,39 @@ void copy_unless_same(const at::Tensor& input, const at::Tensor& output) {
 }  // namespace
 
 // With one rank, sum, average, max and min of a single contribution are the contribution itself.
-std::shared_ptr<Work> LocalCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp) {
+std::shared_ptr<Work> LocalCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp, const CollectiveOptions&) {
   check_tensor(CollectiveOp::kAllReduce, "input", tensor, false, 0);
   return done();
 }
 
-std::shared_ptr<Work> LocalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp) {
+std::shared_ptr<Work> LocalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp,
+                                                        const CollectiveOptions&) {
   check_pair(CollectiveOp::kReduceScatter, input, output, 1, 1, false, 0);
   copy_unless_same(input, output);
   return done();
 }
 
-std::shared_ptr<Work> LocalCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output) {
+std::shared_ptr<Work> LocalCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
+                                                    const CollectiveOptions&) {
   check_pair(CollectiveOp::kAllGather, input, output, 1, 1, false, 0);
   copy_unless_same(input, output);
   return done();
 }
 
-std::shared_ptr<Work> LocalCommunicator::broadcast(const at::Tensor& tensor, int root) {
+std::shared_ptr<Work> LocalCommunicator::broadcast(const at::Tensor& tensor, int root, const CollectiveOptions&) {
   check_tensor(CollectiveOp::kBroadcast, "input", tensor, false, 0);
   check_root(root, 1, 0);
   return done();
 }
 
-std::shared_ptr<Work> LocalCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output) {
+std::shared_ptr<Work> LocalCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output,
+                                                    const CollectiveOptions&) {
   check_pair(CollectiveOp::kAllToAll, input, output, 1, 1, false, 0);
   copy_unless_same(input, output);
   return done();
 }
 
-std::shared_ptr<Work> LocalCommunicator::barrier() { return done(); }
+std::shared_ptr<Work> LocalCommunicator::barrier(const CollectiveOptions&) { return done(); }
 
 std::unique_ptr<Communicator> LocalCommunicator::split(int color, int) {
   if (color < 0) return nullptr;

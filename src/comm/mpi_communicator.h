@@ -1,9 +1,11 @@
 // The MPI backend: MPI-3 non-blocking collectives on host tensors.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <mpi.h>
 
 #include <functional>
+#include <vector>
 
 #include "zero/communicator.h"
 
@@ -20,12 +22,15 @@ class MpiCommunicator : public Communicator {
   std::string backend() const override { return "mpi"; }
   MPI_Comm handle() const { return comm_; }
 
-  std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op) override;
-  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op) override;
-  std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output) override;
-  std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root) override;
-  std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output) override;
-  std::shared_ptr<Work> barrier() override;
+  std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveOptions& options) override;
+  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                       const CollectiveOptions& options) override;
+  std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output,
+                                   const CollectiveOptions& options) override;
+  std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root, const CollectiveOptions& options) override;
+  std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
+                                   const CollectiveOptions& options) override;
+  std::shared_ptr<Work> barrier(const CollectiveOptions& options) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
@@ -35,6 +40,13 @@ class MpiCommunicator : public Communicator {
   void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
                 int64_t extra);
   void check(int code, const char* what) const;
+  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                       const CollectiveOptions& options, bool validated);
+  static constexpr int64_t kLargeReduceScatterBytes = 1 << 20;
+  // Starts the non-blocking form (`start`) or runs the blocking form (`run`, options.async false).
+  std::shared_ptr<Work> launch(const char* what, const CollectiveOptions& options,
+                               const std::function<int(MPI_Request*)>& start, const std::function<int()>& run,
+                               std::vector<at::Tensor> keep_alive, std::function<void()> finish);
 
   MPI_Comm comm_;
   CommunicatorOptions options_;

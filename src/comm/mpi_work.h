@@ -1,9 +1,9 @@
 // Work implementations shared by the backends.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <mpi.h>
 
-#include <ATen/core/Tensor.h>
 #include <functional>
 #include <string>
 #include <vector>

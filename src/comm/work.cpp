@@ -1,5 +1,4 @@
 #include "comm/mpi_work.h"
-
 #include "zero/error.h"
 
 namespace zero::comm_detail {
@@ -13,7 +12,11 @@ std::string mpi_error_string(int code) {
 
 MpiWork::MpiWork(MPI_Request request, std::string what, int rank, std::vector<at::Tensor> keep_alive,
                  std::function<void()> finish)
-    : request_(request), what_(std::move(what)), rank_(rank), keep_alive_(std::move(keep_alive)), finish_(std::move(finish)) {}
+    : request_(request),
+      what_(std::move(what)),
+      rank_(rank),
+      keep_alive_(std::move(keep_alive)),
+      finish_(std::move(finish)) {}
 
 MpiWork::~MpiWork() {
   // Note: MPI still owns our buffers until the request completes; freeing them first would let

@@ -129,8 +129,9 @@ std::unique_ptr<Communicator> World::group(const std::vector<int>& ranks) {
   int position = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= state_->size) {
-      throw Error("group: rank " + std::to_string(ranks[i]) + " is outside the world of " + std::to_string(state_->size),
-                  "group", state_->rank);
+      throw Error(
+          "group: rank " + std::to_string(ranks[i]) + " is outside the world of " + std::to_string(state_->size),
+          "group", state_->rank);
     }
     if (ranks[i] == state_->rank) position = static_cast<int>(i);
   }

@@ -14,19 +14,26 @@ using config_detail::ObjectReader;
 
 const char* to_string(OffloadDevice device) {
   switch (device) {
-    case OffloadDevice::kNone: return "none";
-    case OffloadDevice::kCpu: return "cpu";
-    case OffloadDevice::kNvme: return "nvme";
+    case OffloadDevice::kNone:
+      return "none";
+    case OffloadDevice::kCpu:
+      return "cpu";
+    case OffloadDevice::kNvme:
+      return "nvme";
   }
   return "?";
 }
 
 const char* to_string(ValueSource source) {
   switch (source) {
-    case ValueSource::kDefault: return "default";
-    case ValueSource::kFile: return "file";
-    case ValueSource::kAuto: return "auto";
-    case ValueSource::kAlias: return "file (deprecated alias)";
+    case ValueSource::kDefault:
+      return "default";
+    case ValueSource::kFile:
+      return "file";
+    case ValueSource::kAuto:
+      return "auto";
+    case ValueSource::kAlias:
+      return "file (deprecated alias)";
   }
   return "?";
 }

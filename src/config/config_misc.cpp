@@ -44,14 +44,15 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   auto read_service = [&](const char* key, std::initializer_list<std::string_view> other_keys) {
     ObjectReader b = root.child(key);
     if (b.get_bool("enabled", false)) {
-      diag.warnings.push_back(std::string(key) + ".enabled: not supported by zerocpp (it needs a network service); ignored");
+      diag.warnings.push_back(std::string(key) +
+                              ".enabled: not supported by zerocpp (it needs a network service); ignored");
     }
     b.accept(other_keys);
     b.finish();
   };
   read_service("wandb", {"group", "team", "project"});
-  read_service("comet", {"samples_log_interval", "project", "workspace", "api_key", "experiment_name",
-                         "experiment_key", "online", "mode"});
+  read_service("comet", {"samples_log_interval", "project", "workspace", "api_key", "experiment_name", "experiment_key",
+                         "online", "mode"});
 
   ObjectReader cl = root.child("comms_logger");
   CommsLoggerConfig& c = config.comms_logger;
@@ -94,16 +95,31 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
 void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
   // Keys of DeepSpeed features zerocpp does not implement. Written switched off (false, or an
   // object with "enabled": false) they are accepted with a warning; anything else is rejected.
-  static const char* kFeatures[] = {
-      "tensor_parallel", "pipeline_parallel", "pipeline", "moe", "elasticity", "autotuning", "amp",
-      "sparse_attention", "compression_training", "hybrid_engine", "data_efficiency", "curriculum_learning",
-      "progressive_layer_drop", "eigenvalue", "quantize_training", "nebula", "compile", "weight_quantization",
-      "sparse_gradients", "sequence_parallel_size"};
+  static const char* kFeatures[] = {"tensor_parallel",
+                                    "pipeline_parallel",
+                                    "pipeline",
+                                    "moe",
+                                    "elasticity",
+                                    "autotuning",
+                                    "amp",
+                                    "sparse_attention",
+                                    "compression_training",
+                                    "hybrid_engine",
+                                    "data_efficiency",
+                                    "curriculum_learning",
+                                    "progressive_layer_drop",
+                                    "eigenvalue",
+                                    "quantize_training",
+                                    "nebula",
+                                    "compile",
+                                    "weight_quantization",
+                                    "sparse_gradients",
+                                    "sequence_parallel_size"};
   for (const char* key : kFeatures) {
     const nlohmann::json* v = root.raw(key);
     if (!v) continue;
-    bool switched_off = (v->is_boolean() && !v->get<bool>()) ||
-                        (v->is_object() && v->contains("enabled") && (*v)["enabled"] == false);
+    bool switched_off =
+        (v->is_boolean() && !v->get<bool>()) || (v->is_object() && v->contains("enabled") && (*v)["enabled"] == false);
     if (switched_off) {
       diag.warnings.push_back(std::string(key) + ": switched off; zerocpp does not support it");
     } else {
@@ -120,7 +136,8 @@ void check_cross_key_rules(const Config& c, Diagnostics& diag) {
                  "parameter offload needs zero_optimization.stage 3, the stage is " + std::to_string(z.stage));
   }
   if (z.offload_optimizer.device != OffloadDevice::kNone && z.stage == 0) {
-    diag.problem("zero_optimization.offload_optimizer.device", "optimizer offload needs zero_optimization.stage 1, 2 or 3, the stage is 0");
+    diag.problem("zero_optimization.offload_optimizer.device",
+                 "optimizer offload needs zero_optimization.stage 1, 2 or 3, the stage is 0");
   }
   if (z.offload_optimizer.device == OffloadDevice::kNvme && z.offload_optimizer.nvme_path.empty()) {
     diag.problem("zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
@@ -135,11 +152,12 @@ void check_cross_key_rules(const Config& c, Diagnostics& diag) {
     diag.problem("optimizer.type", "\"" + c.optimizer.type_name +
                                        "\" is untested with ZeRO: set zero_allow_untested_optimizer to true to use it");
   }
-  if (z.offload_optimizer.device != OffloadDevice::kNone && c.zero_force_ds_cpu_optimizer && t != OptimizerType::kNone &&
-      !tested) {
-    diag.problem("optimizer.type", "\"" + c.optimizer.type_name +
-                                       "\" has no CPU implementation for optimizer offload (Adam, AdamW, Adagrad and Lion do); "
-                                       "zero_force_ds_cpu_optimizer is true");
+  if (z.offload_optimizer.device != OffloadDevice::kNone && c.zero_force_ds_cpu_optimizer &&
+      t != OptimizerType::kNone && !tested) {
+    diag.problem("optimizer.type",
+                 "\"" + c.optimizer.type_name +
+                     "\" has no CPU implementation for optimizer offload (Adam, AdamW, Adagrad and Lion do); "
+                     "zero_force_ds_cpu_optimizer is true");
   }
 }
 

@@ -8,11 +8,13 @@ struct OptimizerName {
   OptimizerType type;
 };
 // DeepSpeed's spellings, matched case-insensitively.
-const std::vector<OptimizerName> kOptimizers = {
-    {"Adam", OptimizerType::kAdam},       {"AdamW", OptimizerType::kAdamW},
-    {"DeepSpeedCPUAdam", OptimizerType::kCpuAdam}, {"Adagrad", OptimizerType::kAdagrad},
-    {"Lamb", OptimizerType::kLamb},       {"Lion", OptimizerType::kLion},
-    {"SGD", OptimizerType::kSgd}};
+const std::vector<OptimizerName> kOptimizers = {{"Adam", OptimizerType::kAdam},
+                                                {"AdamW", OptimizerType::kAdamW},
+                                                {"DeepSpeedCPUAdam", OptimizerType::kCpuAdam},
+                                                {"Adagrad", OptimizerType::kAdagrad},
+                                                {"Lamb", OptimizerType::kLamb},
+                                                {"Lion", OptimizerType::kLion},
+                                                {"SGD", OptimizerType::kSgd}};
 const std::vector<std::string> kCommunicationCompressed = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 std::string lower(std::string s) {
@@ -40,7 +42,8 @@ void read_betas(ObjectReader& params, OptimizerConfig& o, Diagnostics& diag, dou
   }
   for (int i = 0; i < 2; ++i) {
     double b = (*v)[i].get<double>();
-    if (b < 0 || b >= 1) diag.problem(path + "[" + std::to_string(i) + "]", "expected a number in [0, 1), got " + (*v)[i].dump());
+    if (b < 0 || b >= 1)
+      diag.problem(path + "[" + std::to_string(i) + "]", "expected a number in [0, 1), got " + (*v)[i].dump());
   }
   o.beta1 = (*v)[0].get<double>();
   o.beta2 = (*v)[1].get<double>();
@@ -74,7 +77,9 @@ void read_optimizer(ObjectReader& root, OptimizerConfig& o, Diagnostics& diag) {
   if (o.type == OptimizerType::kNone) {
     for (const auto& c : kCommunicationCompressed) {
       if (lower(c) == lower(o.type_name)) {
-        diag.problem(block.path_of("type"), "\"" + o.type_name + "\" is not supported by zerocpp (it is incompatible with ZeRO, as in DeepSpeed)");
+        diag.problem(
+            block.path_of("type"),
+            "\"" + o.type_name + "\" is not supported by zerocpp (it is incompatible with ZeRO, as in DeepSpeed)");
         return;
       }
     }
@@ -86,7 +91,8 @@ void read_optimizer(ObjectReader& root, OptimizerConfig& o, Diagnostics& diag) {
   diag.record(block.path_of("type"), o.type_name, ValueSource::kFile);
 
   if (params.has("max_grad_norm")) {
-    diag.problem(params.path_of("max_grad_norm"), "not allowed in optimizer params: use the top-level \"gradient_clipping\"");
+    diag.problem(params.path_of("max_grad_norm"),
+                 "not allowed in optimizer params: use the top-level \"gradient_clipping\"");
     params.accept({"max_grad_norm"});
   }
   bool is_auto = false;
@@ -133,8 +139,10 @@ void read_scheduler(ObjectReader& root, SchedulerConfig& s, Diagnostics& diag) {
     block.finish();
     return;
   }
-  static const std::vector<std::string> kTypes = {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"};
-  if (!block.has("type")) diag.problem(block.path_of("type"), "missing: the scheduler block needs a type (e.g. \"WarmupLR\")");
+  static const std::vector<std::string> kTypes = {"none",           "WarmupLR", "WarmupDecayLR",
+                                                  "WarmupCosineLR", "OneCycle", "LRRangeTest"};
+  if (!block.has("type"))
+    diag.problem(block.path_of("type"), "missing: the scheduler block needs a type (e.g. \"WarmupLR\")");
   s.type = static_cast<SchedulerType>(block.get_choice("type", 0, kTypes));
   ObjectReader p = block.child("params");
   block.finish();

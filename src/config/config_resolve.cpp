@@ -24,9 +24,10 @@ void resolve_triad(Config& c, int64_t tbs, int64_t micro, int64_t gas, int world
   };
   if (tbs && micro && gas) {
     if (tbs != micro * gas * world) {
-      diag.problem("train_batch_size", std::to_string(tbs) + " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
-                                           " * gradient_accumulation_steps " + std::to_string(gas) + " * world size " +
-                                           std::to_string(world) + " = " + std::to_string(micro * gas * world));
+      diag.problem("train_batch_size", std::to_string(tbs) + " != train_micro_batch_size_per_gpu " +
+                                           std::to_string(micro) + " * gradient_accumulation_steps " +
+                                           std::to_string(gas) + " * world size " + std::to_string(world) + " = " +
+                                           std::to_string(micro * gas * world));
     }
   } else if (tbs && micro) {
     gas = split(tbs, micro * world, "train_micro_batch_size_per_gpu * world size");
@@ -45,7 +46,8 @@ void resolve_triad(Config& c, int64_t tbs, int64_t micro, int64_t gas, int world
   }
   // Values the triad computed (rather than read) are marked "auto".
   if (tbs != c.train_batch_size) diag.record("train_batch_size", tbs, ValueSource::kAuto);
-  if (micro != c.train_micro_batch_size_per_gpu) diag.record("train_micro_batch_size_per_gpu", micro, ValueSource::kAuto);
+  if (micro != c.train_micro_batch_size_per_gpu)
+    diag.record("train_micro_batch_size_per_gpu", micro, ValueSource::kAuto);
   if (gas != c.gradient_accumulation_steps) diag.record("gradient_accumulation_steps", gas, ValueSource::kAuto);
   c.train_batch_size = tbs;
   c.train_micro_batch_size_per_gpu = micro;
@@ -75,7 +77,8 @@ void Config::resolve(const AutoContext& ctx) {
     return true;
   };
   auto from = [&](auto& field, const auto& optional) -> Resolver {
-    return [&field, &optional, &set](const std::string& path) { return optional ? set(field, *optional, path) : false; };
+    return
+        [&field, &optional, &set](const std::string& path) { return optional ? set(field, *optional, path) : false; };
   };
   const std::map<std::string, std::pair<Resolver, std::string>> resolvers = {
       {"train_batch_size", {[](const std::string&) { return true; }, ""}},  // computed by the triad
@@ -83,10 +86,12 @@ void Config::resolve(const AutoContext& ctx) {
       {"gradient_accumulation_steps", {from(gas, ctx.gradient_accumulation_steps), ""}},
       {"gradient_clipping", {from(gradient_clipping, ctx.max_grad_norm), "the trainer's max_grad_norm"}},
       {"zero_optimization.reduce_bucket_size",
-       {[&](const std::string& p) { return h > 0 && set(zero.reduce_bucket_size, h * h, p); }, "the model's hidden size"}},
+       {[&](const std::string& p) { return h > 0 && set(zero.reduce_bucket_size, h * h, p); },
+        "the model's hidden size"}},
       {"zero_optimization.stage3_prefetch_bucket_size",
        {[&](const std::string& p) {
-          return h > 0 && set(zero.stage3_prefetch_bucket_size, static_cast<int64_t>(std::floor(0.9 * double(h) * double(h))), p);
+          return h > 0 && set(zero.stage3_prefetch_bucket_size,
+                              static_cast<int64_t>(std::floor(0.9 * double(h) * double(h))), p);
         },
         "the model's hidden size"}},
       {"zero_optimization.stage3_param_persistence_threshold",
@@ -104,10 +109,14 @@ void Config::resolve(const AutoContext& ctx) {
           return true;
         },
         "the trainer's adam_beta1 and adam_beta2"}},
-      {"scheduler.params.warmup_min_lr", {[&](const std::string& p) { return set(scheduler.warmup_min_lr, 0.0, p); }, ""}},
-      {"scheduler.params.warmup_max_lr", {from(scheduler.warmup_max_lr, ctx.learning_rate), "the trainer's learning rate"}},
-      {"scheduler.params.warmup_num_steps", {from(scheduler.warmup_num_steps, ctx.warmup_steps), "the trainer's warmup steps"}},
-      {"scheduler.params.total_num_steps", {from(scheduler.total_num_steps, ctx.max_steps), "the trainer's total steps"}},
+      {"scheduler.params.warmup_min_lr",
+       {[&](const std::string& p) { return set(scheduler.warmup_min_lr, 0.0, p); }, ""}},
+      {"scheduler.params.warmup_max_lr",
+       {from(scheduler.warmup_max_lr, ctx.learning_rate), "the trainer's learning rate"}},
+      {"scheduler.params.warmup_num_steps",
+       {from(scheduler.warmup_num_steps, ctx.warmup_steps), "the trainer's warmup steps"}},
+      {"scheduler.params.total_num_steps",
+       {from(scheduler.total_num_steps, ctx.max_steps), "the trainer's total steps"}},
       {"fp16.enabled", {[&](const std::string& p) { return set(fp16.enabled, ctx.fp16.value_or(false), p); }, ""}},
       {"bf16.enabled", {[&](const std::string& p) { return set(bf16, ctx.bf16.value_or(false), p); }, ""}},
       {"bfloat16.enabled", {[&](const std::string& p) { return set(bf16, ctx.bf16.value_or(false), p); }, ""}},
@@ -120,8 +129,8 @@ void Config::resolve(const AutoContext& ctx) {
       value = *flag;
       diag.record(key, value, ValueSource::kAuto);
     } else if (value != 0 && value != *flag) {
-      diag.warnings.push_back(std::string(key) + " = " + std::to_string(value) + " from the file overrides the trainer's " +
-                              std::to_string(*flag));
+      diag.warnings.push_back(std::string(key) + " = " + std::to_string(value) +
+                              " from the file overrides the trainer's " + std::to_string(*flag));
     }
   };
   fill(micro, ctx.micro_batch_size, "train_micro_batch_size_per_gpu");

@@ -7,12 +7,12 @@
 
 namespace zero::config_detail {
 
-void read_precision(ObjectReader& root, Config& config, Diagnostics& diag);        // fp16, bf16, bfloat16
+void read_precision(ObjectReader& root, Config& config, Diagnostics& diag);  // fp16, bf16, bfloat16
 void read_zero_optimization(ObjectReader& root, ZeroConfig& zero, Diagnostics& diag);
 void read_aio(ObjectReader& root, AioConfig& aio);
 void read_optimizer(ObjectReader& root, OptimizerConfig& optimizer, Diagnostics& diag);
 void read_scheduler(ObjectReader& root, SchedulerConfig& scheduler, Diagnostics& diag);
-void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag);       // monitors, profilers, checkpoint
+void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag);  // monitors, profilers, checkpoint
 void read_unsupported_features(ObjectReader& root, Diagnostics& diag);
 // Rules that involve more than one block (fp16 with bf16, offload with stage, ...).
 void check_cross_key_rules(const Config& config, Diagnostics& diag);

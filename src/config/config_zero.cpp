@@ -33,10 +33,12 @@ void read_offload_param(ObjectReader block, OffloadParamConfig& o) {
 }
 
 // Deprecated spelling `old_key` of `new_path`: warns; an error when both are given.
-bool alias_used(ObjectReader& z, Diagnostics& diag, std::string_view old_key, const std::string& new_path, bool new_given) {
+bool alias_used(ObjectReader& z, Diagnostics& diag, std::string_view old_key, const std::string& new_path,
+                bool new_given) {
   if (!z.has(old_key)) return false;
   if (new_given) {
-    diag.problem(z.path_of(old_key), "deprecated alias of " + new_path + ", which is also given: keep only " + new_path);
+    diag.problem(z.path_of(old_key),
+                 "deprecated alias of " + new_path + ", which is also given: keep only " + new_path);
     return false;
   }
   diag.warnings.push_back(z.path_of(old_key) + " is deprecated: use " + new_path);
@@ -62,8 +64,7 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
   read_offload_param(z.child("offload_param"), zc.offload_param);
   zc.sub_group_size = z.get_int("sub_group_size", 1'000'000'000, 1);
   zc.stage3_prefetch_bucket_size = z.get_int_or_auto("stage3_prefetch_bucket_size", 50'000'000, 0, &is_auto);
-  zc.stage3_param_persistence_threshold =
-      z.get_int_or_auto("stage3_param_persistence_threshold", 100'000, 0, &is_auto);
+  zc.stage3_param_persistence_threshold = z.get_int_or_auto("stage3_param_persistence_threshold", 100'000, 0, &is_auto);
   zc.stage3_model_persistence_threshold = z.get_int("stage3_model_persistence_threshold", INT64_MAX, 0);
   zc.stage3_max_live_parameters = z.get_int("stage3_max_live_parameters", 1'000'000'000, 0);
   zc.stage3_max_reuse_distance = z.get_int("stage3_max_reuse_distance", 1'000'000'000, 0);
@@ -84,7 +85,8 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
     diag.record(opt_path, "cpu", ValueSource::kAlias);
   }
   std::string param_path = z.path_of("offload_param.device");
-  if (alias_used(z, diag, "cpu_offload_param", param_path, z.has("offload_param")) && z.get_bool("cpu_offload_param", false)) {
+  if (alias_used(z, diag, "cpu_offload_param", param_path, z.has("offload_param")) &&
+      z.get_bool("cpu_offload_param", false)) {
     zc.offload_param.device = OffloadDevice::kCpu;
     diag.record(param_path, "cpu", ValueSource::kAlias);
   }
@@ -92,7 +94,8 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
       z.get_bool("cpu_offload_use_pin_memory", false)) {
     zc.offload_optimizer.pin_memory = zc.offload_param.pin_memory = true;
   }
-  z.accept({"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"});
+  z.accept(
+      {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"});
 
   // DeepSpeed keys accepted at their defaults only (features zerocpp does not have yet).
   z.require_default("zero_quantized_weights", false);
@@ -103,8 +106,8 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
   z.require_default("mics_shard_size", -1);
   z.require_default("mics_hierarchical_params_gather", false);
   // Accepted with no effect: zerocpp's own design already behaves as these ask.
-  z.accept({"memory_efficient_linear", "override_module_apply", "use_multi_rank_bucket_allreduce",
-            "legacy_stage1", "log_trace_cache_warnings", "pipeline_loading_checkpoint"});
+  z.accept({"memory_efficient_linear", "override_module_apply", "use_multi_rank_bucket_allreduce", "legacy_stage1",
+            "log_trace_cache_warnings", "pipeline_loading_checkpoint"});
   z.finish();
 }
 

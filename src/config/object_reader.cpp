@@ -81,8 +81,9 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   if (words.size() >= 2) {
     for (const auto& c : candidates) {
       std::vector<std::string> have = tokens(c);
-      bool all = std::all_of(words.begin(), words.end(),
-                             [&](const std::string& w) { return std::find(have.begin(), have.end(), w) != have.end(); });
+      bool all = std::all_of(words.begin(), words.end(), [&](const std::string& w) {
+        return std::find(have.begin(), have.end(), w) != have.end();
+      });
       if (all && (best.empty() || c.size() < best.size())) best = c;
     }
     if (!best.empty()) return best;
@@ -96,7 +97,8 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
     }
   }
   size_t limit = std::max<size_t>(2, word.size() / 3);
-  bool prefix = !best.empty() && (lowercase(best).find(lowercase(word)) == 0 || lowercase(word).find(lowercase(best)) == 0);
+  bool prefix =
+      !best.empty() && (lowercase(best).find(lowercase(word)) == 0 || lowercase(word).find(lowercase(best)) == 0);
   return (best_distance <= limit || (prefix && word.size() >= 4)) ? best : std::string();
 }
 
@@ -127,8 +129,8 @@ void ObjectReader::accept(std::initializer_list<std::string_view> keys) {
 void ObjectReader::require_default(std::string_view key, const json& deepspeed_default) {
   const json* v = lookup(key);
   if (v && *v != deepspeed_default) {
-    diag_.problem(path_of(key), "not supported by zerocpp (only DeepSpeed's default " + deepspeed_default.dump() +
-                                    " is accepted)");
+    diag_.problem(path_of(key),
+                  "not supported by zerocpp (only DeepSpeed's default " + deepspeed_default.dump() + " is accepted)");
   }
 }
 
@@ -156,7 +158,7 @@ int64_t ObjectReader::get_int(std::string_view key, int64_t fallback, int64_t mi
     record_default(key, fallback);
     return fallback;
   }
-  std::string range = min == INT64_MIN ? "an integer"
+  std::string range = min == INT64_MIN   ? "an integer"
                       : max == INT64_MAX ? "an integer >= " + std::to_string(min)
                                          : "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
   int64_t result;

@@ -6,8 +6,8 @@
 // all of them; a getter that finds a bad value records the problem and returns the default.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
@@ -23,9 +23,7 @@ struct Diagnostics {
   std::vector<ConfigValue> values;
   std::vector<std::string> autos;  // paths written as "auto"
 
-  void problem(const std::string& path, const std::string& message) {
-    problems.push_back(path + ": " + message);
-  }
+  void problem(const std::string& path, const std::string& message) { problems.push_back(path + ": " + message); }
   void record(const std::string& path, const nlohmann::json& value, ValueSource source);
 };
 

@@ -107,8 +107,7 @@ nlohmann::json parse_relaxed_json(std::string_view text, const std::string& orig
     // nlohmann's text reads "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     auto colon = what.find("parse error");
     std::string detail = colon == std::string::npos ? what : what.substr(colon);
-    throw ConfigError(origin, {"invalid JSON at " + line_and_column(cleaned, e.byte ? e.byte - 1 : 0) +
-                                   ": " + detail});
+    throw ConfigError(origin, {"invalid JSON at " + line_and_column(cleaned, e.byte ? e.byte - 1 : 0) + ": " + detail});
   }
   if (!duplicate.empty()) throw ConfigError(origin, {duplicate + ": duplicate key"});
   return result;

@@ -47,15 +47,20 @@ std::vector<HostSlots> parse_filter(const std::string& spec, const char* flag, c
     }
     if (host.empty()) throw Error(fmt::format("{} \"{}\": empty host name", flag, spec), flag);
     auto known = std::find_if(pool.begin(), pool.end(), [&](const HostSlots& h) { return h.host == host; });
-    if (known == pool.end()) throw Error(fmt::format("{} \"{}\": host \"{}\" is not in the hostfile", flag, spec, host), flag);
-    if (!seen.insert(host).second) throw Error(fmt::format("{} \"{}\": host \"{}\" is named twice", flag, spec, host), flag);
+    if (known == pool.end())
+      throw Error(fmt::format("{} \"{}\": host \"{}\" is not in the hostfile", flag, spec, host), flag);
+    if (!seen.insert(host).second)
+      throw Error(fmt::format("{} \"{}\": host \"{}\" is named twice", flag, spec, host), flag);
     HostSlots h{host, {}};
     if (entry.find(':') != std::string::npos) {
       for (const std::string& s : split(slots, ',')) {
         int slot = 0;
-        if (!parse_non_negative(s, &slot)) throw Error(fmt::format("{} \"{}\": bad slot \"{}\" for host \"{}\"", flag, spec, s, host), flag);
+        if (!parse_non_negative(s, &slot))
+          throw Error(fmt::format("{} \"{}\": bad slot \"{}\" for host \"{}\"", flag, spec, s, host), flag);
         if (std::find(known->slots.begin(), known->slots.end(), slot) == known->slots.end()) {
-          throw Error(fmt::format("{} \"{}\": host \"{}\" has no slot {} (it has {})", flag, spec, host, slot, known->slots.size()), flag);
+          throw Error(fmt::format("{} \"{}\": host \"{}\" has no slot {} (it has {})", flag, spec, host, slot,
+                                  known->slots.size()),
+                      flag);
         }
         h.slots.push_back(slot);
       }
@@ -78,17 +83,21 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
     std::string host, slots_word, extra;
     words >> host >> slots_word >> extra;
     int slots = 0;
-    if (slots_word.rfind("slots=", 0) != 0 || !extra.empty() || !parse_non_negative(slots_word.substr(6), &slots) || slots == 0) {
-      throw Error(fmt::format("{} line {}: expected \"HOST slots=N\" with N >= 1, got \"{}\"", origin, line, content), origin);
+    if (slots_word.rfind("slots=", 0) != 0 || !extra.empty() || !parse_non_negative(slots_word.substr(6), &slots) ||
+        slots == 0) {
+      throw Error(fmt::format("{} line {}: expected \"HOST slots=N\" with N >= 1, got \"{}\"", origin, line, content),
+                  origin);
     }
     for (const auto& h : hosts) {
-      if (h.host == host) throw Error(fmt::format("{} line {}: host \"{}\" is listed twice", origin, line, host), origin);
+      if (h.host == host)
+        throw Error(fmt::format("{} line {}: host \"{}\" is listed twice", origin, line, host), origin);
     }
     HostSlots h{host, {}};
     for (int s = 0; s < slots; ++s) h.slots.push_back(s);
     hosts.push_back(h);
   }
-  if (hosts.empty()) throw Error(fmt::format("{}: no hosts (expected lines like \"worker-1 slots=4\")", origin), origin);
+  if (hosts.empty())
+    throw Error(fmt::format("{}: no hosts (expected lines like \"worker-1 slots=4\")", origin), origin);
   return hosts;
 }
 

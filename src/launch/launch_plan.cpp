@@ -56,7 +56,8 @@ std::vector<HostSlots> select_hosts(const LaunchOptions& o, bool local) {
   if (!local && o.num_gpus >= 0) {
     for (auto& h : pool) {
       if (o.num_gpus < 1 || o.num_gpus > static_cast<int>(h.slots.size())) {
-        throw Error(fmt::format("--num_gpus {}: host \"{}\" has {} slot(s)", o.num_gpus, h.host, h.slots.size()), "--num_gpus");
+        throw Error(fmt::format("--num_gpus {}: host \"{}\" has {} slot(s)", o.num_gpus, h.host, h.slots.size()),
+                    "--num_gpus");
       }
       h.slots.resize(static_cast<size_t>(o.num_gpus));
     }
@@ -84,11 +85,13 @@ std::vector<HostSlots> select_hosts(const LaunchOptions& o, bool local) {
 
 LaunchPlan plan_launch(const LaunchOptions& o) {
   if (o.program.empty()) throw Error("no program to run: zero-run -n N PROGRAM [ARGS...]", "PROGRAM");
-  if (!o.include.empty() && !o.exclude.empty()) throw Error("--include and --exclude cannot be used together", "--include");
+  if (!o.include.empty() && !o.exclude.empty())
+    throw Error("--include and --exclude cannot be used together", "--include");
   if ((o.num_nodes >= 0 || o.num_gpus >= 0) && (!o.include.empty() || !o.exclude.empty())) {
     throw Error("--num_nodes/--num_gpus cannot be combined with --include/--exclude (as in DeepSpeed)", "--num_nodes");
   }
-  if (!o.hostfile.empty() && o.hostfile_hosts.empty()) throw Error("hostfile " + o.hostfile + " has no hosts", o.hostfile);
+  if (!o.hostfile.empty() && o.hostfile_hosts.empty())
+    throw Error("hostfile " + o.hostfile + " has no hosts", o.hostfile);
   const bool local = o.hostfile.empty();
   LaunchPlan plan;
   plan.hosts = select_hosts(o, local);
@@ -100,8 +103,8 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   const bool single_context = local && plan.hosts.size() == 1 && is_first_slots(plan.hosts[0]);
   if (local && plan.total_procs > o.local_cpus) {
     argv.push_back("--oversubscribe");
-    plan.warnings.push_back(fmt::format("{} processes on {} core(s): oversubscribing; use one thread per rank", plan.total_procs,
-                                        o.local_cpus));
+    plan.warnings.push_back(fmt::format("{} processes on {} core(s): oversubscribing; use one thread per rank",
+                                        plan.total_procs, o.local_cpus));
   }
   // Note: ranks pick their own threads (one per rank here); MPI's default core binding would
   // pin several ranks' threads onto the cores it chose, or fail when oversubscribed.
@@ -116,7 +119,8 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   for (size_t i = 0; i < plan.hosts.size(); ++i) {
     const HostSlots& h = plan.hosts[i];
     if (i > 0) argv.push_back(":");
-    argv.insert(argv.end(), {"-np", std::to_string(single_context ? plan.total_procs : static_cast<int>(h.slots.size()))});
+    argv.insert(argv.end(),
+                {"-np", std::to_string(single_context ? plan.total_procs : static_cast<int>(h.slots.size()))});
     if (!single_context) {
       argv.insert(argv.end(), {"-H", fmt::format("{}:{}", h.host, h.slots.size())});
       argv.insert(argv.end(), {"-x", "CUDA_VISIBLE_DEVICES=" + join_slots(h.slots)});
@@ -131,7 +135,8 @@ std::string shell_join(const std::vector<std::string>& argv) {
   std::string out;
   for (const auto& arg : argv) {
     bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-+=/.,:@%").find(c) != std::string_view::npos;
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             std::string_view("_-+=/.,:@%").find(c) != std::string_view::npos;
     });
     std::string quoted = "'";
     for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -28,27 +28,27 @@ std::vector<HostSlots> apply_exclude(const std::vector<HostSlots>& pool, const s
 std::vector<std::pair<std::string, std::string>> parse_env_file(const std::string& text, const std::string& origin);
 
 struct LaunchOptions {
-  int num_procs = -1;          // -n; without a hostfile: processes on this machine
-  std::string hostfile;        // path, or empty
+  int num_procs = -1;                     // -n; without a hostfile: processes on this machine
+  std::string hostfile;                   // path, or empty
   std::vector<HostSlots> hostfile_hosts;  // parsed hostfile (when hostfile is set)
-  int num_nodes = -1;          // first N hosts
-  int num_gpus = -1;           // first N slots per host
+  int num_nodes = -1;                     // first N hosts
+  int num_gpus = -1;                      // first N slots per host
   std::string include, exclude;
-  std::string master_addr;     // default: the first host (127.0.0.1 for this machine)
+  std::string master_addr;  // default: the first host (127.0.0.1 for this machine)
   int master_port = 29500;
   std::vector<std::pair<std::string, std::string>> env;  // --env and .deepspeed_env, in order
-  std::string log_dir;         // one log per rank, or empty
-  std::string status_dir;      // where rank wrappers record failures
-  std::string self;            // path of zero-run itself (the rank wrapper)
-  std::vector<std::string> program;  // PROGRAM ARGS...
-  bool as_root = false;        // add --allow-run-as-root
-  int local_cpus = 1;          // cores of this machine, for the oversubscription warning
+  std::string log_dir;                                   // one log per rank, or empty
+  std::string status_dir;                                // where rank wrappers record failures
+  std::string self;                                      // path of zero-run itself (the rank wrapper)
+  std::vector<std::string> program;                      // PROGRAM ARGS...
+  bool as_root = false;                                  // add --allow-run-as-root
+  int local_cpus = 1;                                    // cores of this machine, for the oversubscription warning
   std::string mpirun = "mpirun";
 };
 
 struct LaunchPlan {
-  std::vector<std::string> argv;      // the mpirun command
-  std::vector<HostSlots> hosts;       // what runs where
+  std::vector<std::string> argv;  // the mpirun command
+  std::vector<HostSlots> hosts;   // what runs where
   int total_procs = 0;
   std::vector<std::string> warnings;
 };

@@ -1,6 +1,7 @@
 #include "launch/rank_status.h"
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,8 +14,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <fmt/core.h>
-
 namespace zero::launch {
 namespace {
 
@@ -25,7 +24,8 @@ void forward_signal(int signal_number) {
 }
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 void write_all(int fd, const char* data, size_t n) {
@@ -64,7 +64,8 @@ std::vector<RankFailure> read_rank_failures(const std::string& dir) {
 const RankFailure* first_failure(const std::vector<RankFailure>& failures) {
   const RankFailure* best = nullptr;
   for (const auto& f : failures) {
-    if (!best || (best->signaled && !f.signaled) || (best->signaled == f.signaled && f.time_ns < best->time_ns)) best = &f;
+    if (!best || (best->signaled && !f.signaled) || (best->signaled == f.signaled && f.time_ns < best->time_ns))
+      best = &f;
   }
   return best;
 }
@@ -81,7 +82,8 @@ int rank_from_environment() {
   return -1;
 }
 
-int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir, const std::vector<std::string>& program) {
+int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
+                     const std::vector<std::string>& program) {
   const int rank = rank_from_environment();
   int log_fd = -1;
   if (!log_dir.empty()) {
@@ -147,7 +149,8 @@ int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir, 
   while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
   }
   if (log_fd >= 0) close(log_fd);
-  RankFailure failure{rank, WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), now_ns()};
+  RankFailure failure{rank, WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                      now_ns()};
   if (failure.code == 0) return 0;
   if (!status_dir.empty()) record_rank_failure(status_dir, failure);
   return failure.signaled ? 128 + failure.code : failure.code;

@@ -28,6 +28,7 @@ int rank_from_environment();
 // Runs PROGRAM as a child: forwards SIGINT/SIGTERM to it, copies its output to ours and, when
 // log_dir is set, to log_dir/rank.<R>.log; records a failure in status_dir. Returns the exit
 // status to exit with (128 + signal for a signal).
-int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir, const std::vector<std::string>& program);
+int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
+                     const std::vector<std::string>& program);
 
 }  // namespace zero::launch

@@ -1,7 +1,6 @@
 // The communicator under mpirun -np 1..4 (and as a plain process, on the local backend): every op
 // and dtype against a reference computed locally from what every rank contributes.
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -17,6 +16,8 @@ namespace {
 const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16,
                                              at::kChar,  at::kByte,   at::kInt,  at::kLong};
 const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+// Non-blocking (MPI_I*) and blocking collectives must agree.
+const std::vector<zero::CollectiveOptions> kModes = {{.async = true}, {.async = false}};
 // 1 and 7 do not divide evenly by 2, 3 or 4 ranks; 1031 is prime.
 const std::vector<int64_t> kSizes = {0, 1, 7, 1031};
 
@@ -51,8 +52,9 @@ at::Tensor reference_reduce(int size, int64_t n, at::ScalarType dtype, ReduceOp 
   return acc.to(dtype);
 }
 
-std::string label(at::ScalarType dtype, ReduceOp op, int64_t n) {
-  return std::string(c10::toString(dtype)) + " " + zero::to_string(op) + " n=" + std::to_string(n);
+std::string label(at::ScalarType dtype, ReduceOp op, int64_t n, const zero::CollectiveOptions& mode) {
+  return std::string(c10::toString(dtype)) + " " + zero::to_string(op) + " n=" + std::to_string(n) +
+         (mode.async ? " async" : " blocking");
 }
 
 }  // namespace
@@ -77,12 +79,14 @@ TEST(World, MatchesTheLauncher) {
 
 TEST(Collectives, AllReduceEveryOpAndDtype) {
   const int rank = comm().rank(), size = comm().size();
-  for (auto dtype : kDtypes) {
-    for (auto op : kOps) {
-      for (int64_t n : kSizes) {
-        at::Tensor t = contribution(rank, n, dtype);
-        comm().all_reduce(t, op)->wait();
-        EXPECT_TRUE(t.equal(reference_reduce(size, n, dtype, op))) << label(dtype, op, n);
+  for (const auto& mode : kModes) {
+    for (auto dtype : kDtypes) {
+      for (auto op : kOps) {
+        for (int64_t n : kSizes) {
+          at::Tensor t = contribution(rank, n, dtype);
+          comm().all_reduce(t, op, mode)->wait();
+          EXPECT_TRUE(t.equal(reference_reduce(size, n, dtype, op))) << label(dtype, op, n, mode);
+        }
       }
     }
   }
@@ -90,14 +94,16 @@ TEST(Collectives, AllReduceEveryOpAndDtype) {
 
 TEST(Collectives, ReduceScatterEveryOpAndDtype) {
   const int rank = comm().rank(), size = comm().size();
-  for (auto dtype : kDtypes) {
-    for (auto op : kOps) {
-      for (int64_t chunk : kSizes) {
-        at::Tensor input = contribution(rank, chunk * size, dtype);
-        at::Tensor output = torch::empty({chunk}, input.options());
-        comm().reduce_scatter(input, output, op)->wait();
-        at::Tensor expected = reference_reduce(size, chunk * size, dtype, op).narrow(0, rank * chunk, chunk);
-        EXPECT_TRUE(output.equal(expected)) << label(dtype, op, chunk);
+  for (const auto& mode : kModes) {
+    for (auto dtype : kDtypes) {
+      for (auto op : kOps) {
+        for (int64_t chunk : kSizes) {
+          at::Tensor input = contribution(rank, chunk * size, dtype);
+          at::Tensor output = torch::empty({chunk}, input.options());
+          comm().reduce_scatter(input, output, op, mode)->wait();
+          at::Tensor expected = reference_reduce(size, chunk * size, dtype, op).narrow(0, rank * chunk, chunk);
+          EXPECT_TRUE(output.equal(expected)) << label(dtype, op, chunk, mode);
+        }
       }
     }
   }
@@ -107,10 +113,26 @@ TEST(Collectives, ReduceScatterIntoOwnSliceOfTheInput) {
   // ZeRO's pattern: a gradient bucket reduced into this rank's slice of the same bucket.
   const int rank = comm().rank(), size = comm().size();
   const int64_t chunk = 13;
-  at::Tensor bucket = contribution(rank, chunk * size, at::kFloat);
-  at::Tensor slice = bucket.narrow(0, rank * chunk, chunk);
-  comm().reduce_scatter(bucket, slice, ReduceOp::kSum)->wait();
-  EXPECT_TRUE(slice.equal(reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk, chunk)));
+  for (const auto& mode : kModes) {
+    at::Tensor bucket = contribution(rank, chunk * size, at::kFloat);
+    at::Tensor slice = bucket.narrow(0, rank * chunk, chunk);
+    comm().reduce_scatter(bucket, slice, ReduceOp::kSum, mode)->wait();
+    EXPECT_TRUE(
+        slice.equal(reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk, chunk)));
+  }
+}
+
+TEST(Collectives, LargeReduceScatterInBothModes) {
+  // Over 1 MiB the blocking call takes the non-blocking algorithm (OpenMPI's blocking one is slow).
+  const int rank = comm().rank(), size = comm().size();
+  const int64_t chunk = (1 << 18) / size + 3;
+  for (const auto& mode : kModes) {
+    at::Tensor input = contribution(rank, chunk * size, at::kFloat);
+    at::Tensor output = torch::empty({chunk});
+    comm().reduce_scatter(input, output, ReduceOp::kAvg, mode)->wait();
+    at::Tensor expected = reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kAvg).narrow(0, rank * chunk, chunk);
+    EXPECT_TRUE(output.equal(expected)) << (mode.async ? "async" : "blocking");
+  }
 }
 
 TEST(Collectives, SixteenBitSumsAccumulateInFloat32) {
@@ -125,13 +147,16 @@ TEST(Collectives, SixteenBitSumsAccumulateInFloat32) {
 
 TEST(Collectives, AllGatherEveryDtype) {
   const int rank = comm().rank(), size = comm().size();
-  for (auto dtype : kDtypes) {
-    for (int64_t n : kSizes) {
-      at::Tensor input = contribution(rank, n, dtype);
-      at::Tensor output = torch::empty({n * size}, input.options());
-      comm().all_gather(input, output)->wait();
-      for (int r = 0; r < size; ++r) {
-        EXPECT_TRUE(output.narrow(0, r * n, n).equal(contribution(r, n, dtype))) << label(dtype, ReduceOp::kSum, n) << " r=" << r;
+  for (const auto& mode : kModes) {
+    for (auto dtype : kDtypes) {
+      for (int64_t n : kSizes) {
+        at::Tensor input = contribution(rank, n, dtype);
+        at::Tensor output = torch::empty({n * size}, input.options());
+        comm().all_gather(input, output, mode)->wait();
+        for (int r = 0; r < size; ++r) {
+          EXPECT_TRUE(output.narrow(0, r * n, n).equal(contribution(r, n, dtype)))
+              << label(dtype, ReduceOp::kSum, n, mode);
+        }
       }
     }
   }
@@ -141,19 +166,23 @@ TEST(Collectives, AllGatherInPlace) {
   // The input is this rank's chunk of the output already (ZeRO's parameter all-gather).
   const int rank = comm().rank(), size = comm().size();
   const int64_t n = 9;
-  at::Tensor flat = torch::zeros({n * size}, torch::kBFloat16);
-  flat.narrow(0, rank * n, n).copy_(contribution(rank, n, at::kBFloat16));
-  comm().all_gather(flat.narrow(0, rank * n, n), flat)->wait();
-  for (int r = 0; r < size; ++r) EXPECT_TRUE(flat.narrow(0, r * n, n).equal(contribution(r, n, at::kBFloat16)));
+  for (const auto& mode : kModes) {
+    at::Tensor flat = torch::zeros({n * size}, torch::kBFloat16);
+    flat.narrow(0, rank * n, n).copy_(contribution(rank, n, at::kBFloat16));
+    comm().all_gather(flat.narrow(0, rank * n, n), flat, mode)->wait();
+    for (int r = 0; r < size; ++r) EXPECT_TRUE(flat.narrow(0, r * n, n).equal(contribution(r, n, at::kBFloat16)));
+  }
 }
 
 TEST(Collectives, BroadcastFromEveryRoot) {
   const int rank = comm().rank(), size = comm().size();
-  for (auto dtype : kDtypes) {
-    for (int root = 0; root < size; ++root) {
-      at::Tensor t = contribution(rank, 7, dtype);
-      comm().broadcast(t, root)->wait();
-      EXPECT_TRUE(t.equal(contribution(root, 7, dtype))) << c10::toString(dtype) << " root " << root;
+  for (const auto& mode : kModes) {
+    for (auto dtype : kDtypes) {
+      for (int root = 0; root < size; ++root) {
+        at::Tensor t = contribution(rank, 7, dtype);
+        comm().broadcast(t, root, mode)->wait();
+        EXPECT_TRUE(t.equal(contribution(root, 7, dtype))) << c10::toString(dtype) << " root " << root;
+      }
     }
   }
 }
@@ -161,13 +190,16 @@ TEST(Collectives, BroadcastFromEveryRoot) {
 TEST(Collectives, AllToAll) {
   const int rank = comm().rank(), size = comm().size();
   const int64_t chunk = 5;
-  for (auto dtype : kDtypes) {
-    // Chunk j of rank i's input holds contribution(i, chunk, offset = j * chunk).
-    at::Tensor input = contribution(rank, chunk * size, dtype);
-    at::Tensor output = torch::empty_like(input);
-    comm().all_to_all(input, output)->wait();
-    for (int i = 0; i < size; ++i) {
-      EXPECT_TRUE(output.narrow(0, i * chunk, chunk).equal(contribution(i, chunk, dtype, rank * chunk))) << c10::toString(dtype);
+  for (const auto& mode : kModes) {
+    for (auto dtype : kDtypes) {
+      // Chunk j of rank i's input holds contribution(i, chunk, offset = j * chunk).
+      at::Tensor input = contribution(rank, chunk * size, dtype);
+      at::Tensor output = torch::empty_like(input);
+      comm().all_to_all(input, output, mode)->wait();
+      for (int i = 0; i < size; ++i) {
+        EXPECT_TRUE(output.narrow(0, i * chunk, chunk).equal(contribution(i, chunk, dtype, rank * chunk)))
+            << c10::toString(dtype);
+      }
     }
   }
 }
@@ -178,6 +210,8 @@ TEST(Collectives, BarrierAndTest) {
   }
   EXPECT_EQ(work->error(), "");
   work->wait();  // waiting again on a finished work is fine
+  auto blocking = comm().barrier({.async = false});
+  EXPECT_TRUE(blocking->test());  // already complete when it returns
 }
 
 TEST(Collectives, TwoOpsInFlight) {
@@ -268,7 +302,8 @@ TEST_F(Mismatch, SizeDiffers) {
   at::Tensor t = torch::ones({10 + rank}, torch::kFloat);
   std::string e = error_of([&] { comm().all_reduce(t, ReduceOp::kSum)->wait(); });
   EXPECT_NE(e.find("all_reduce: ranks disagree on the size: this rank has " + std::to_string(10 + rank) + " elements"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
 }
 
 TEST_F(Mismatch, DtypeDiffers) {
@@ -303,9 +338,10 @@ TEST_F(Mismatch, OneRankWithABadOutputStopsEveryRank) {
   at::Tensor output = torch::empty({6 * size + (rank == 1 ? 1 : 0)}, torch::kFloat);
   std::string e = error_of([&] { comm().all_gather(input, output)->wait(); });
   if (rank == 1) {
-    EXPECT_NE(e.find("all_gather: output float32[" + std::to_string(6 * size + 1) + "] must have " + std::to_string(size) +
-                     "x the elements of input float32[6]"),
-              std::string::npos) << e;
+    EXPECT_NE(e.find("all_gather: output float32[" + std::to_string(6 * size + 1) + "] must have " +
+                     std::to_string(size) + "x the elements of input float32[6]"),
+              std::string::npos)
+        << e;
   } else {
     EXPECT_NE(e.find("all_gather: rank 1 passed invalid arguments"), std::string::npos) << e;
   }

@@ -1,7 +1,6 @@
 // GoogleTest main for tests that run under mpirun: one World for the whole process; rank 0
 // prints the usual report, other ranks print only their failures (prefixed with the rank).
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 #include "dist_test_world.h"

@@ -43,9 +43,12 @@ TEST(BatchTriad, ResolveAgainAtAnotherWorldSize) {
 
 TEST(BatchTriad, InconsistentIsAnError) {
   std::string e = resolve_error(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2,
-                                     "gradient_accumulation_steps": 2})", {.world_size = 2});
-  EXPECT_NE(e.find("train_batch_size: 10 != train_micro_batch_size_per_gpu 2 * gradient_accumulation_steps 2 * world size 2 = 8"),
-            std::string::npos) << e;
+                                     "gradient_accumulation_steps": 2})",
+                                {.world_size = 2});
+  EXPECT_NE(e.find("train_batch_size: 10 != train_micro_batch_size_per_gpu 2 * gradient_accumulation_steps 2 * world "
+                   "size 2 = 8"),
+            std::string::npos)
+      << e;
   e = resolve_error(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})", {.world_size = 2});
   EXPECT_NE(e.find("not divisible"), std::string::npos) << e;
   e = resolve_error(R"({"gradient_accumulation_steps": 4})", {.world_size = 2});
@@ -63,9 +66,20 @@ TEST(AutoValues, FromTheTrainerFlags) {
     "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
                           "stage3_param_persistence_threshold": "auto"}})");
   EXPECT_EQ(c.unresolved().size(), 17u);
-  c.resolve({.world_size = 2, .hidden_size = 64, .micro_batch_size = 8, .gradient_accumulation_steps = 2,
-             .learning_rate = 3e-4, .weight_decay = 0.1, .adam_beta1 = 0.8, .adam_beta2 = 0.95, .adam_epsilon = 1e-6,
-             .max_grad_norm = 0.5, .warmup_steps = 10, .max_steps = 100, .fp16 = false, .bf16 = true});
+  c.resolve({.world_size = 2,
+             .hidden_size = 64,
+             .micro_batch_size = 8,
+             .gradient_accumulation_steps = 2,
+             .learning_rate = 3e-4,
+             .weight_decay = 0.1,
+             .adam_beta1 = 0.8,
+             .adam_beta2 = 0.95,
+             .adam_epsilon = 1e-6,
+             .max_grad_norm = 0.5,
+             .warmup_steps = 10,
+             .max_steps = 100,
+             .fp16 = false,
+             .bf16 = true});
   EXPECT_TRUE(c.unresolved().empty());
   EXPECT_EQ(c.train_batch_size, 32);
   EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.5);
@@ -88,8 +102,10 @@ TEST(AutoValues, FromTheTrainerFlags) {
 TEST(AutoValues, MissingContextNamesTheKeyAndWhatItNeeds) {
   std::string e = resolve_error(R"({"train_batch_size": 8, "zero_optimization": {"reduce_bucket_size": "auto"}})",
                                 {.world_size = 1});
-  EXPECT_NE(e.find("zero_optimization.reduce_bucket_size: \"auto\" cannot be resolved: it needs the model's hidden size"),
-            std::string::npos) << e;
+  EXPECT_NE(
+      e.find("zero_optimization.reduce_bucket_size: \"auto\" cannot be resolved: it needs the model's hidden size"),
+      std::string::npos)
+      << e;
 }
 
 TEST(AutoValues, AllowUnresolvedKeepsThemListed) {

@@ -18,20 +18,29 @@ const InvalidCase kCases[] = {
     {"stage_float", R"({"zero_optimization": {"stage": 1.5}})", "zero_optimization.stage", "expected an integer"},
     {"bool_as_int", R"({"zero_optimization": {"overlap_comm": 1}})", "zero_optimization.overlap_comm", "true or false"},
     {"clip_string", R"({"gradient_clipping": "1.0"})", "gradient_clipping", "expected a number"},
-    {"lr_string", R"({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}})", "optimizer.params.lr", "expected a number"},
-    {"betas_scalar", R"({"optimizer": {"type": "Adam", "params": {"betas": 0.9}}})", "optimizer.params.betas", "[beta1, beta2]"},
-    {"betas_three", R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 0.99, 0.1]}}})", "optimizer.params.betas", "two numbers"},
-    {"beta_out_of_range", R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.5]}}})", "optimizer.params.betas[1]", "[0, 1)"},
-    {"nvme_path_number", R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": 5}}})",
+    {"lr_string", R"({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}})", "optimizer.params.lr",
+     "expected a number"},
+    {"betas_scalar", R"({"optimizer": {"type": "Adam", "params": {"betas": 0.9}}})", "optimizer.params.betas",
+     "[beta1, beta2]"},
+    {"betas_three", R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 0.99, 0.1]}}})",
+     "optimizer.params.betas", "two numbers"},
+    {"beta_out_of_range", R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.5]}}})",
+     "optimizer.params.betas[1]", "[0, 1)"},
+    {"nvme_path_number",
+     R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": 5}}})",
      "zero_optimization.offload_optimizer.nvme_path", "expected a string"},
-    {"prof_ops_not_list", R"({"comms_logger": {"prof_ops": "all_reduce"}})", "comms_logger.prof_ops", "list of strings"},
-    {"prof_ops_item", R"({"comms_logger": {"prof_ops": ["all_reduce", 3]}})", "comms_logger.prof_ops[1]", "expected a string"},
+    {"prof_ops_not_list", R"({"comms_logger": {"prof_ops": "all_reduce"}})", "comms_logger.prof_ops",
+     "list of strings"},
+    {"prof_ops_item", R"({"comms_logger": {"prof_ops": ["all_reduce", 3]}})", "comms_logger.prof_ops[1]",
+     "expected a string"},
     {"steps_per_print_null", R"({"steps_per_print": null})", "steps_per_print", "expected an integer"},
     // negative, zero and out-of-range sizes
     {"stage_4", R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage", "[0, 3]"},
     {"stage_negative", R"({"zero_optimization": {"stage": -1}})", "zero_optimization.stage", "[0, 3]"},
-    {"bucket_zero", R"({"zero_optimization": {"reduce_bucket_size": 0}})", "zero_optimization.reduce_bucket_size", ">= 1"},
-    {"bucket_negative", R"({"zero_optimization": {"allgather_bucket_size": -5e8}})", "zero_optimization.allgather_bucket_size", ">= 1"},
+    {"bucket_zero", R"({"zero_optimization": {"reduce_bucket_size": 0}})", "zero_optimization.reduce_bucket_size",
+     ">= 1"},
+    {"bucket_negative", R"({"zero_optimization": {"allgather_bucket_size": -5e8}})",
+     "zero_optimization.allgather_bucket_size", ">= 1"},
     {"sub_group_zero", R"({"zero_optimization": {"sub_group_size": 0}})", "zero_optimization.sub_group_size", ">= 1"},
     {"micro_batch_zero", R"({"train_micro_batch_size_per_gpu": 0})", "train_micro_batch_size_per_gpu", ">= 1"},
     {"train_batch_negative", R"({"train_batch_size": -8})", "train_batch_size", ">= 1"},
@@ -39,10 +48,12 @@ const InvalidCase kCases[] = {
     {"clip_negative", R"({"gradient_clipping": -1})", "gradient_clipping", ">= 0"},
     {"lr_negative", R"({"optimizer": {"type": "AdamW", "params": {"lr": -0.1}}})", "optimizer.params.lr", ">= 0"},
     {"queue_depth_zero", R"({"aio": {"queue_depth": 0}})", "aio.queue_depth", ">= 1"},
-    {"loss_scale_window_zero", R"({"fp16": {"enabled": true, "loss_scale_window": 0}})", "fp16.loss_scale_window", ">= 1"},
+    {"loss_scale_window_zero", R"({"fp16": {"enabled": true, "loss_scale_window": 0}})", "fp16.loss_scale_window",
+     ">= 1"},
     {"offload_ratio", R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})",
      "zero_optimization.offload_optimizer.ratio", "[0, 1]"},
-    {"huge_integer", R"({"zero_optimization": {"reduce_bucket_size": 1e30}})", "zero_optimization.reduce_bucket_size", "expected an integer"},
+    {"huge_integer", R"({"zero_optimization": {"reduce_bucket_size": 1e30}})", "zero_optimization.reduce_bucket_size",
+     "expected an integer"},
     // unknown keys at every level, with suggestions
     {"unknown_top", R"({"train_batch_sizes": 8})", "train_batch_sizes", "did you mean \"train_batch_size\""},
     {"unknown_zero", R"({"zero_optimization": {"stgae": 2}})", "zero_optimization.stgae", "did you mean \"stage\""},
@@ -52,13 +63,16 @@ const InvalidCase kCases[] = {
      "optimizer.params.weight_decai", "did you mean \"weight_decay\""},
     {"unknown_scheduler_param", R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_steps": 10}}})",
      "scheduler.params.warmup_steps", "did you mean \"warmup_num_steps\""},
-    {"unknown_fp16", R"({"fp16": {"enabled": true, "initial_scale": 8}})", "fp16.initial_scale", "did you mean \"initial_scale_power\""},
+    {"unknown_fp16", R"({"fp16": {"enabled": true, "initial_scale": 8}})", "fp16.initial_scale",
+     "did you mean \"initial_scale_power\""},
     {"unknown_aio", R"({"aio": {"blocksize": 4096}})", "aio.blocksize", "did you mean \"block_size\""},
     {"unknown_checkpoint", R"({"checkpoint": {"tag": "x"}})", "checkpoint.tag", "unknown key"},
     {"unknown_data_types", R"({"data_types": {"grad_accum": "fp32"}})", "data_types.grad_accum", "unknown key"},
-    {"lion_has_no_eps", R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})", "optimizer.params.eps", "unknown key"},
+    {"lion_has_no_eps", R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})", "optimizer.params.eps",
+     "unknown key"},
     // cross-key rules
-    {"fp16_and_bf16", R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled", "cannot both be enabled"},
+    {"fp16_and_bf16", R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled",
+     "cannot both be enabled"},
     {"max_grad_norm", R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "max_grad_norm": 1.0}}})",
      "optimizer.params.max_grad_norm", "gradient_clipping"},
     {"offload_param_stage2", R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
@@ -72,7 +86,8 @@ const InvalidCase kCases[] = {
     {"untested_optimizer", R"({"zero_optimization": {"stage": 1}, "optimizer": {"type": "SGD"}})", "optimizer.type",
      "zero_allow_untested_optimizer"},
     {"onebit_adam", R"({"optimizer": {"type": "OneBitAdam"}})", "optimizer.type", "incompatible with ZeRO"},
-    {"alias_and_new", R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
+    {"alias_and_new",
+     R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
      "zero_optimization.cpu_offload", "keep only"},
     {"warmup_decay_without_total", R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})",
      "scheduler.params.total_num_steps", "required by WarmupDecayLR"},
@@ -84,7 +99,8 @@ const InvalidCase kCases[] = {
     {"bad_optimizer", R"({"optimizer": {"type": "AdamX"}})", "optimizer.type", "did you mean \"Adam"},
     {"bad_scheduler", R"({"scheduler": {"type": "Cosine"}})", "scheduler.type", "expected one of"},
     {"bad_comm_dtype", R"({"communication_data_type": "fp8"})", "communication_data_type", "expected one of"},
-    {"bad_tag_validation", R"({"checkpoint": {"tag_validation": "Maybe"}})", "checkpoint.tag_validation", "\"Ignore\", \"Warn\", \"Fail\""},
+    {"bad_tag_validation", R"({"checkpoint": {"tag_validation": "Maybe"}})", "checkpoint.tag_validation",
+     "\"Ignore\", \"Warn\", \"Fail\""},
     {"bad_warmup_type", R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
      "scheduler.params.warmup_type", "\"log\", \"linear\""},
     {"optimizer_without_type", R"({"optimizer": {"params": {"lr": 1e-3}}})", "optimizer.type", "missing"},
@@ -92,7 +108,8 @@ const InvalidCase kCases[] = {
     {"zero_block_number", R"({"zero_optimization": 2})", "zero_optimization", "expected an object"},
     {"fp16_block_bool", R"({"fp16": true})", "fp16", "expected an object"},
     {"optimizer_block_string", R"({"optimizer": "AdamW"})", "optimizer", "expected an object"},
-    {"params_block_list", R"({"optimizer": {"type": "AdamW", "params": [1]}})", "optimizer.params", "expected an object"},
+    {"params_block_list", R"({"optimizer": {"type": "AdamW", "params": [1]}})", "optimizer.params",
+     "expected an object"},
     {"offload_block_string", R"({"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}})",
      "zero_optimization.offload_optimizer", "expected an object"},
     // unsupported DeepSpeed features and ZeRO++ switches
@@ -100,8 +117,8 @@ const InvalidCase kCases[] = {
     {"pipeline", R"({"pipeline": {"stages": 2}})", "pipeline", "not supported by zerocpp"},
     {"quantized_weights", R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
      "zero_optimization.zero_quantized_weights", "not supported by zerocpp"},
-    {"hpz", R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})", "zero_optimization.zero_hpz_partition_size",
-     "not supported by zerocpp"},
+    {"hpz", R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})",
+     "zero_optimization.zero_hpz_partition_size", "not supported by zerocpp"},
     {"gds", R"({"aio": {"use_gds": true}})", "aio.use_gds", "not supported by zerocpp"},
 };
 
@@ -120,7 +137,8 @@ TEST_P(InvalidConfig, NamesThePath) {
     for (const auto& p : e.problems()) {
       if (p.rfind(prefix, 0) == 0 && p.find(c.fragment) != std::string::npos) found = true;
     }
-    EXPECT_TRUE(found) << "expected a problem at " << c.path << " containing [" << c.fragment << "], got:\n" << e.what();
+    EXPECT_TRUE(found) << "expected a problem at " << c.path << " containing [" << c.fragment << "], got:\n"
+                       << e.what();
     EXPECT_EQ(e.origin(), "bad.json");
   }
 }
@@ -139,9 +157,7 @@ TEST(InvalidConfigFile, MissingFileNamesThePath) {
   }
 }
 
-TEST(InvalidConfigFile, TopLevelMustBeObject) {
-  EXPECT_THROW(zero::Config::parse("[1, 2]"), zero::ConfigError);
-}
+TEST(InvalidConfigFile, TopLevelMustBeObject) { EXPECT_THROW(zero::Config::parse("[1, 2]"), zero::ConfigError); }
 
 TEST(InvalidConfigFile, AllProblemsReportedAtOnce) {
   try {

@@ -39,7 +39,7 @@ TEST(ConfigSeeds, PatternA) {
   EXPECT_EQ(c.zero.stage3_max_live_parameters, 2'000'000'000);
   EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 500'000'000);
   EXPECT_EQ(c.zero.reduce_bucket_size, 500'000'000);  // default
-  EXPECT_EQ(c.train_batch_size, 64);                 // 1 * 8 * 8
+  EXPECT_EQ(c.train_batch_size, 64);                  // 1 * 8 * 8
   EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 2e-5);
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
@@ -136,7 +136,8 @@ TEST(ConfigParse, OptimizerTypesAndDefaults) {
   Config adagrad = Config::parse(R"({"optimizer": {"type": "Adagrad"}})");
   EXPECT_DOUBLE_EQ(adagrad.optimizer.lr, 1e-2);
   EXPECT_DOUBLE_EQ(adagrad.optimizer.eps, 1e-10);
-  Config adam = Config::parse(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.1}}})");
+  Config adam =
+      Config::parse(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.1}}})");
   EXPECT_FALSE(adam.optimizer.adam_w_mode);
   EXPECT_DOUBLE_EQ(adam.optimizer.weight_decay, 0.1);
   Config sgd = Config::parse(R"({"zero_allow_untested_optimizer": true, "zero_optimization": {"stage": 1},
@@ -146,7 +147,8 @@ TEST(ConfigParse, OptimizerTypesAndDefaults) {
 }
 
 TEST(ConfigParse, Schedulers) {
-  Config one = Config::parse(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+  Config one =
+      Config::parse(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
                                   "cycle_first_step_size": 100}}})");
   EXPECT_EQ(one.scheduler.type, SchedulerType::kOneCycle);
   EXPECT_EQ(one.scheduler.cycle_second_step_size, 100);  // defaults to the first

@@ -48,7 +48,10 @@ TEST(Hostfile, Parses) {
 }
 
 TEST(Hostfile, BadLinesNameFileAndLine) {
-  struct Bad { const char* text; const char* fragment; };
+  struct Bad {
+    const char* text;
+    const char* fragment;
+  };
   for (const Bad& b : {Bad{"worker-1 slots=4\nworker-2\n", "hosts line 2"}, Bad{"w slots=0\n", "N >= 1"},
                        Bad{"w slots=x\n", "hosts line 1"}, Bad{"w slots=2 extra\n", "hosts line 1"},
                        Bad{"w slots=2\nw slots=2\n", "listed twice"}, Bad{"# nothing\n", "no hosts"},
@@ -76,7 +79,8 @@ TEST(LaunchPlan, RootAndOversubscription) {
   o.local_cpus = 2;
   o.as_root = true;
   LaunchPlan p = plan_launch(o);
-  EXPECT_EQ(shell_join(p.argv), "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 " + kLocalEnv + " " + kWrapped);
+  EXPECT_EQ(shell_join(p.argv),
+            "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 " + kLocalEnv + " " + kWrapped);
   ASSERT_EQ(p.warnings.size(), 1u);
   EXPECT_NE(p.warnings[0].find("oversubscribing"), std::string::npos);
 }
@@ -89,7 +93,8 @@ TEST(LaunchPlan, EnvLogDirAndQuoting) {
   o.master_port = 1234;
   o.program = {"./train", "it's"};
   EXPECT_EQ(shell_join(plan_launch(o).argv),
-            "mpirun --bind-to none -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=1234 -x NCCL_DEBUG=INFO -x 'MSG=hello world' "
+            "mpirun --bind-to none -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=1234 -x NCCL_DEBUG=INFO -x 'MSG=hello "
+            "world' "
             "/bin/zero-run --rank-wrapper --status-dir /tmp/s --log-dir /tmp/logs -- ./train 'it'\\''s'");
 }
 
@@ -98,9 +103,9 @@ TEST(LaunchPlan, HostfileUsesEveryHost) {
   EXPECT_EQ(p.total_procs, 10);
   EXPECT_EQ(shell_join(p.argv),
             "mpirun --bind-to none"
-            " -np 4 -H worker-1:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " + kClusterEnv + " " + kWrapped +
-            " : -np 4 -H worker-2:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " + kClusterEnv + " " + kWrapped +
-            " : -np 2 -H worker-3:2 -x CUDA_VISIBLE_DEVICES=0,1 " + kClusterEnv + " " + kWrapped);
+            " -np 4 -H worker-1:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " +
+                kClusterEnv + " " + kWrapped + " : -np 4 -H worker-2:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " + kClusterEnv +
+                " " + kWrapped + " : -np 2 -H worker-3:2 -x CUDA_VISIBLE_DEVICES=0,1 " + kClusterEnv + " " + kWrapped);
 }
 
 TEST(LaunchPlan, IncludeHostsAndSlots) {
@@ -110,8 +115,9 @@ TEST(LaunchPlan, IncludeHostsAndSlots) {
   EXPECT_EQ(p.total_procs, 6);
   EXPECT_EQ(shell_join(p.argv),
             "mpirun --bind-to none"
-            " -np 4 -H worker-1:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " + kClusterEnv + " " + kWrapped +
-            " : -np 2 -H worker-2:2 -x CUDA_VISIBLE_DEVICES=0,2 " + kClusterEnv + " " + kWrapped);
+            " -np 4 -H worker-1:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " +
+                kClusterEnv + " " + kWrapped + " : -np 2 -H worker-2:2 -x CUDA_VISIBLE_DEVICES=0,2 " + kClusterEnv +
+                " " + kWrapped);
 }
 
 TEST(LaunchPlan, ExcludeHostAndSlots) {
@@ -147,7 +153,8 @@ TEST(LaunchPlan, IncludeOnLocalhost) {
   o.num_procs = 4;
   o.include = "localhost:1,3";
   LaunchPlan p = plan_launch(o);
-  EXPECT_EQ(shell_join(p.argv), "mpirun --bind-to none -np 2 -H localhost:2 -x CUDA_VISIBLE_DEVICES=1,3 " + kLocalEnv + " " + kWrapped);
+  EXPECT_EQ(shell_join(p.argv),
+            "mpirun --bind-to none -np 2 -H localhost:2 -x CUDA_VISIBLE_DEVICES=1,3 " + kLocalEnv + " " + kWrapped);
 }
 
 TEST(LaunchPlan, BadRequestsNameTheFlag) {
@@ -158,7 +165,12 @@ TEST(LaunchPlan, BadRequestsNameTheFlag) {
   };
   const Bad cases[] = {
       {"no_program", [](LaunchOptions& o) { o.program.clear(); }, "no program"},
-      {"include_and_exclude", [](LaunchOptions& o) { o.include = "worker-1"; o.exclude = "worker-2"; }, "cannot be used together"},
+      {"include_and_exclude",
+       [](LaunchOptions& o) {
+         o.include = "worker-1";
+         o.exclude = "worker-2";
+       },
+       "cannot be used together"},
       {"unknown_host", [](LaunchOptions& o) { o.include = "worker-9"; }, "host \"worker-9\" is not in the hostfile"},
       {"unknown_slot", [](LaunchOptions& o) { o.include = "worker-3:0,5"; }, "has no slot 5"},
       {"bad_slot", [](LaunchOptions& o) { o.exclude = "worker-3:x"; }, "bad slot \"x\""},
@@ -167,7 +179,12 @@ TEST(LaunchPlan, BadRequestsNameTheFlag) {
       {"exclude_everything", [](LaunchOptions& o) { o.exclude = "worker-1@worker-2@worker-3"; }, "no hosts left"},
       {"too_many_nodes", [](LaunchOptions& o) { o.num_nodes = 4; }, "--num_nodes 4"},
       {"too_many_gpus", [](LaunchOptions& o) { o.num_gpus = 3; }, "host \"worker-3\" has 2 slot(s)"},
-      {"num_nodes_with_include", [](LaunchOptions& o) { o.num_nodes = 1; o.include = "worker-1"; }, "cannot be combined"},
+      {"num_nodes_with_include",
+       [](LaunchOptions& o) {
+         o.num_nodes = 1;
+         o.include = "worker-1";
+       },
+       "cannot be combined"},
       {"too_many_procs", [](LaunchOptions& o) { o.num_procs = 11; }, "-n 11"},
   };
   for (const Bad& b : cases) {

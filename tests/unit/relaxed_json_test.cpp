@@ -13,7 +13,8 @@ TEST(RelaxedJson, CommentsAndTrailingCommas) {
     "a": 1, /* a block comment, with a comma, */
     "b": [1, 2, 3,],
     "c": {"d": "x,}",},
-  })", "t.json");
+  })",
+                              "t.json");
   EXPECT_EQ(j["a"], 1);
   EXPECT_EQ(j["b"].size(), 3u);
   EXPECT_EQ(j["c"]["d"], "x,}");  // commas inside strings are data
