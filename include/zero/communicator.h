@@ -59,6 +59,12 @@ struct CommunicatorOptions {
   // Compare op, dtype, sizes and root across ranks before each collective (one small extra
   // all-reduce). Turn off only for measured hot paths whose call sequence is known to match.
   bool check_consistency = true;
+  // Reductions larger than this many bytes per MPI call are split into pieces of this size.
+  // OpenMPI 4.1's shared-memory reductions drop from ~4 GB/s to ~0.5 GB/s from a few MB on, and
+  // 1 MiB pieces keep them at full speed (docs/PERFORMANCE.md). 0 never splits.
+  int64_t reduction_piece_bytes = 1 << 20;
+  // Pieces of one asynchronous collective in flight at once.
+  int pieces_in_flight = 2;
 };
 
 class Communicator {

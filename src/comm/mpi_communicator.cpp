@@ -13,7 +13,7 @@ namespace zero::comm_detail {
 namespace {
 
 // 16-bit floats travel as raw 16-bit words where no arithmetic happens; reductions stage them
-// through float32 instead (see stage_for_reduction).
+// through float32 instead, piece by piece (see all_reduce and reduce_scatter).
 MPI_Datatype mpi_type(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
@@ -58,9 +58,6 @@ int mpi_count(int64_t n, CollectiveOp op, int rank) {
   return static_cast<int>(n);
 }
 
-// A float32 copy for 16-bit floats (reductions accumulate in float32, rounding once at the end).
-at::Tensor stage_for_reduction(const at::Tensor& t) { return is_16bit_float(t) ? t.to(at::kFloat) : t; }
-
 bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0 || !a.storage().is_alias_of(b.storage())) return false;
   auto begin_a = static_cast<const char*>(a.data_ptr()), begin_b = static_cast<const char*>(b.data_ptr());
@@ -76,14 +73,6 @@ void divide_for_average(at::Tensor& buffer, ReduceOp op, int size) {
   } else {
     buffer.div_(size, "trunc");
   }
-}
-
-// Finishes a reduction: average, then write back to `target` when the result sits in a staging buffer.
-std::function<void()> finish_reduction(at::Tensor result, at::Tensor target, ReduceOp op, int size) {
-  return [result, target, op, size]() mutable {
-    divide_for_average(result, op, size);
-    if (!result.is_same(target)) target.copy_(result);
-  };
 }
 
 }  // namespace
@@ -157,17 +146,29 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
 }
 
 std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const CollectiveOptions& options,
-                                              const std::function<int(MPI_Request*)>& start,
-                                              const std::function<int()>& run, std::vector<at::Tensor> keep_alive,
-                                              std::function<void()> finish) {
+                                              std::vector<MpiPiece> pieces, std::vector<at::Tensor> keep_alive) {
   if (!options.async) {
-    check(run(), what);
-    if (finish) finish();
+    check(run_pieces(pieces), what);
     return std::make_shared<CompletedWork>();
   }
-  MPI_Request request;
-  check(start(&request), what);
-  return std::make_shared<MpiWork>(request, what, rank_, std::move(keep_alive), std::move(finish));
+  return std::make_shared<MpiWork>(std::move(pieces), static_cast<size_t>(options_.pieces_in_flight), what, rank_,
+                                   std::move(keep_alive));
+}
+
+std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const CollectiveOptions& options,
+                                              std::function<int(MPI_Request*)> start, std::function<int()> run,
+                                              std::vector<at::Tensor> keep_alive) {
+  std::vector<MpiPiece> pieces(1);
+  pieces[0].start = std::move(start);
+  pieces[0].run = std::move(run);
+  return launch(what, options, std::move(pieces), std::move(keep_alive));
+}
+
+int64_t MpiCommunicator::piece_elements(int64_t total, int64_t bytes_per_element, CollectiveOp op) const {
+  const int64_t limit = options_.reduction_piece_bytes;
+  int64_t per_piece = limit > 0 ? std::max<int64_t>(1, limit / bytes_per_element) : std::max<int64_t>(1, total);
+  mpi_count(std::min(per_piece, total), op, rank_);  // throws past INT_MAX elements
+  return per_piece;
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op,
@@ -175,51 +176,82 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, Redu
   validate(
       CollectiveOp::kAllReduce, [&] { check_tensor(CollectiveOp::kAllReduce, "input", tensor, true, rank_); }, &tensor,
       tensor.numel(), static_cast<int64_t>(op));
-  at::Tensor buffer = stage_for_reduction(tensor);
-  void* data = buffer.data_ptr();
-  const int count = mpi_count(buffer.numel(), CollectiveOp::kAllReduce, rank_);
-  const MPI_Datatype type = mpi_type(buffer.scalar_type());
-  return launch(
-      "all_reduce", options,
-      [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, data, count, type, mpi_op(op), comm_, r); },
-      [&] { return MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi_op(op), comm_); }, {buffer, tensor},
-      finish_reduction(buffer, tensor, op, size_));
+  const at::Tensor flat = tensor.view(-1);
+  const int64_t n = flat.numel();
+  const bool staged = is_16bit_float(tensor);  // reduced through float32
+  const MPI_Datatype type = staged ? MPI_FLOAT : mpi_type(tensor.scalar_type());
+  const int64_t per_piece = piece_elements(n, staged ? 4 : tensor.element_size(), CollectiveOp::kAllReduce);
+  const MPI_Comm comm = comm_;
+  const int size = size_;
+  std::vector<MpiPiece> pieces;
+  for (int64_t offset = 0; offset < n || pieces.empty(); offset += per_piece) {
+    const at::Tensor slice = flat.narrow(0, offset, std::min(per_piece, n - offset));
+    const int count = static_cast<int>(slice.numel());
+    auto buffer = std::make_shared<at::Tensor>(slice);
+    MpiPiece piece;
+    if (staged) piece.prepare = [buffer, slice] { *buffer = slice.to(at::kFloat); };
+    piece.start = [=](MPI_Request* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buffer->data_ptr(), count, type, mpi_op(op), comm, r);
+    };
+    piece.run = [=] { return MPI_Allreduce(MPI_IN_PLACE, buffer->data_ptr(), count, type, mpi_op(op), comm); };
+    piece.finish = [=] {
+      divide_for_average(*buffer, op, size);
+      if (staged) slice.copy_(*buffer);
+    };
+    pieces.push_back(std::move(piece));
+  }
+  return launch("all_reduce", options, std::move(pieces), {tensor});
 }
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                                       const CollectiveOptions& options) {
-  return reduce_scatter(input, output, op, options, /*validated=*/false);
-}
-
-std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
-                                                      const CollectiveOptions& options, bool validated) {
-  if (!validated) validate(
+  validate(
       CollectiveOp::kReduceScatter,
       [&] { check_pair(CollectiveOp::kReduceScatter, input, output, size_, 1, true, rank_); }, &input, input.numel(),
       static_cast<int64_t>(op));
-  at::Tensor send = stage_for_reduction(input);
-  // MPI forbids overlapping send and receive buffers (ZeRO reduces a bucket into a slice of itself).
-  at::Tensor receive = is_16bit_float(output) || overlaps(input, output)
-                           ? at::empty({output.numel()}, output.options().dtype(send.scalar_type()))
-                           : output;
-  const int count = mpi_count(receive.numel(), CollectiveOp::kReduceScatter, rank_);
-  const MPI_Datatype type = mpi_type(send.scalar_type());
-  // Note: OpenMPI 4.1's blocking reduce_scatter_block falls to ~0.15 GB/s from a few MB on
-  // (bench_comm: 13 ms for 4 MB at 2 ranks, against 1.5 ms for its non-blocking algorithm), so
-  // large blocking calls run the non-blocking algorithm and wait.
-  const bool large = static_cast<int64_t>(send.nbytes()) >= kLargeReduceScatterBytes;
-  if (!options.async && large) {
-    auto work = reduce_scatter(input, output, op, CollectiveOptions{.async = true}, /*validated=*/true);
-    work->wait();
-    return std::make_shared<CompletedWork>();
+  const int64_t chunk = output.numel();
+  const at::Tensor rows = input.view({size_, chunk});  // row r goes to rank r
+  const at::Tensor out = output.view(-1);
+  const bool staged = is_16bit_float(input);
+  const MPI_Datatype type = staged ? MPI_FLOAT : mpi_type(input.scalar_type());
+  // A piece takes the same column range of every row, so one MPI call moves size × columns elements.
+  const int64_t columns = std::max<int64_t>(
+      1, piece_elements(input.numel(), staged ? 4 : input.element_size(), CollectiveOp::kReduceScatter) / size_);
+  const MPI_Comm comm = comm_;
+  const int size = size_;
+  std::vector<MpiPiece> pieces;
+  for (int64_t offset = 0; offset < chunk || pieces.empty(); offset += columns) {
+    const int64_t width = std::min(columns, chunk - offset);
+    const at::Tensor block = rows.narrow(1, offset, width);  // contiguous only when it is the whole input
+    const at::Tensor target = out.narrow(0, offset, width);
+    // MPI forbids overlapping send and receive buffers (ZeRO reduces a bucket into a slice of itself).
+    const bool separate_receive = staged || overlaps(input, target);
+    auto send = std::make_shared<at::Tensor>(block);
+    auto receive = std::make_shared<at::Tensor>(target);
+    MpiPiece piece;
+    piece.prepare = [=] {
+      if (staged) {
+        *send = block.to(at::kFloat).contiguous();
+      } else if (!block.is_contiguous()) {
+        *send = block.contiguous();
+      }
+      if (separate_receive) *receive = at::empty({width}, send->options());
+    };
+    piece.start = [=](MPI_Request* r) {
+      return MPI_Ireduce_scatter_block(send->data_ptr(), receive->data_ptr(), static_cast<int>(width), type, mpi_op(op),
+                                       comm, r);
+    };
+    piece.run = [=] {
+      return MPI_Reduce_scatter_block(send->data_ptr(), receive->data_ptr(), static_cast<int>(width), type, mpi_op(op),
+                                      comm);
+    };
+    piece.finish = [=] {
+      divide_for_average(*receive, op, size);
+      if (separate_receive) target.copy_(*receive);
+    };
+    pieces.push_back(std::move(piece));
   }
-  return launch(
-      "reduce_scatter", options,
-      [&](MPI_Request* r) {
-        return MPI_Ireduce_scatter_block(send.data_ptr(), receive.data_ptr(), count, type, mpi_op(op), comm_, r);
-      },
-      [&] { return MPI_Reduce_scatter_block(send.data_ptr(), receive.data_ptr(), count, type, mpi_op(op), comm_); },
-      {send, receive, input, output}, finish_reduction(receive, output, op, size_));
+  return launch("reduce_scatter", options, std::move(pieces), {input, output});
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
@@ -240,8 +272,9 @@ std::shared_ptr<Work> MpiCommunicator::all_gather(const at::Tensor& input, const
   void* receive = output.data_ptr();
   return launch(
       "all_gather", options,
-      [&](MPI_Request* r) { return MPI_Iallgather(send, count, type, receive, count, type, comm_, r); },
-      [&] { return MPI_Allgather(send, count, type, receive, count, type, comm_); }, {input, output, staged}, nullptr);
+      [=, comm = comm_](MPI_Request* r) { return MPI_Iallgather(send, count, type, receive, count, type, comm, r); },
+      [=, comm = comm_] { return MPI_Allgather(send, count, type, receive, count, type, comm); },
+      {input, output, staged});
 }
 
 std::shared_ptr<Work> MpiCommunicator::broadcast(const at::Tensor& tensor, int root, const CollectiveOptions& options) {
@@ -256,8 +289,8 @@ std::shared_ptr<Work> MpiCommunicator::broadcast(const at::Tensor& tensor, int r
   const int count = mpi_count(tensor.numel(), CollectiveOp::kBroadcast, rank_);
   const MPI_Datatype type = mpi_type(tensor.scalar_type());
   return launch(
-      "broadcast", options, [&](MPI_Request* r) { return MPI_Ibcast(data, count, type, root, comm_, r); },
-      [&] { return MPI_Bcast(data, count, type, root, comm_); }, {tensor}, nullptr);
+      "broadcast", options, [=, comm = comm_](MPI_Request* r) { return MPI_Ibcast(data, count, type, root, comm, r); },
+      [=, comm = comm_] { return MPI_Bcast(data, count, type, root, comm); }, {tensor});
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output,
@@ -277,19 +310,19 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all(const at::Tensor& input, const
   const MPI_Datatype type = mpi_type(input.scalar_type());
   return launch(
       "all_to_all", options,
-      [&](MPI_Request* r) {
-        return MPI_Ialltoall(send.data_ptr(), count, type, output.data_ptr(), count, type, comm_, r);
+      [=, comm = comm_](MPI_Request* r) {
+        return MPI_Ialltoall(send.data_ptr(), count, type, output.data_ptr(), count, type, comm, r);
       },
-      [&] { return MPI_Alltoall(send.data_ptr(), count, type, output.data_ptr(), count, type, comm_); }, {send, output},
-      nullptr);
+      [=, comm = comm_] { return MPI_Alltoall(send.data_ptr(), count, type, output.data_ptr(), count, type, comm); },
+      {send, output});
 }
 
 std::shared_ptr<Work> MpiCommunicator::barrier(const CollectiveOptions& options) {
   validate(
       CollectiveOp::kBarrier, [] {}, nullptr, 0, 0);
   return launch(
-      "barrier", options, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, [&] { return MPI_Barrier(comm_); },
-      {}, nullptr);
+      "barrier", options, [comm = comm_](MPI_Request* r) { return MPI_Ibarrier(comm, r); },
+      [comm = comm_] { return MPI_Barrier(comm); }, {});
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "comm/mpi_work.h"
 #include "zero/communicator.h"
 
 namespace zero::comm_detail {
@@ -40,13 +41,14 @@ class MpiCommunicator : public Communicator {
   void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
                 int64_t extra);
   void check(int code, const char* what) const;
-  std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
-                                       const CollectiveOptions& options, bool validated);
-  static constexpr int64_t kLargeReduceScatterBytes = 1 << 20;
-  // Starts the non-blocking form (`start`) or runs the blocking form (`run`, options.async false).
+  // Runs `pieces` now with blocking calls (options.async false), or returns a Work that starts them.
+  std::shared_ptr<Work> launch(const char* what, const CollectiveOptions& options, std::vector<MpiPiece> pieces,
+                               std::vector<at::Tensor> keep_alive);
   std::shared_ptr<Work> launch(const char* what, const CollectiveOptions& options,
-                               const std::function<int(MPI_Request*)>& start, const std::function<int()>& run,
-                               std::vector<at::Tensor> keep_alive, std::function<void()> finish);
+                               std::function<int(MPI_Request*)> start, std::function<int()> run,
+                               std::vector<at::Tensor> keep_alive);
+  // Elements per MPI call of a reduction (CommunicatorOptions::reduction_piece_bytes).
+  int64_t piece_elements(int64_t total, int64_t bytes_per_element, CollectiveOp op) const;
 
   MPI_Comm comm_;
   CommunicatorOptions options_;

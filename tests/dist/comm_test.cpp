@@ -122,16 +122,55 @@ TEST(Collectives, ReduceScatterIntoOwnSliceOfTheInput) {
   }
 }
 
-TEST(Collectives, LargeReduceScatterInBothModes) {
-  // Over 1 MiB the blocking call takes the non-blocking algorithm (OpenMPI's blocking one is slow).
+TEST(Collectives, ReductionsSplitIntoPieces) {
+  // Reductions are cut into pieces of reduction_piece_bytes (OpenMPI is slow on large ones);
+  // 16-byte pieces make every size below span many, several of them in flight at once.
+  zero::World pieces_world = zero::World::from_environment({.reduction_piece_bytes = 16, .pieces_in_flight = 3});
+  zero::Communicator& pc = pieces_world.communicator();
+  const int rank = pc.rank(), size = pc.size();
+  for (const auto& mode : kModes) {
+    for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kChar, at::kLong}) {
+      for (auto op : kOps) {
+        for (int64_t n : {int64_t{0}, int64_t{3}, int64_t{37}}) {
+          at::Tensor t = contribution(rank, n * 2, dtype).view({2, n});  // a 2-D tensor, flattened inside
+          pc.all_reduce(t, op, mode)->wait();
+          EXPECT_TRUE(t.view(-1).equal(reference_reduce(size, n * 2, dtype, op))) << label(dtype, op, n, mode);
+          at::Tensor input = contribution(rank, n * size, dtype);
+          at::Tensor output = torch::empty({n}, input.options());
+          pc.reduce_scatter(input, output, op, mode)->wait();
+          EXPECT_TRUE(output.equal(reference_reduce(size, n * size, dtype, op).narrow(0, rank * n, n)))
+              << "reduce_scatter " << label(dtype, op, n, mode);
+        }
+      }
+    }
+    // The bucket-into-own-slice pattern, piece by piece.
+    const int64_t chunk = 29;
+    at::Tensor bucket = contribution(rank, chunk * size, at::kFloat);
+    at::Tensor slice = bucket.narrow(0, rank * chunk, chunk);
+    pc.reduce_scatter(bucket, slice, ReduceOp::kSum, mode)->wait();
+    EXPECT_TRUE(
+        slice.equal(reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk, chunk)));
+  }
+  // Test-driven progress of a many-piece all-reduce.
+  at::Tensor t = contribution(rank, 1001, at::kFloat);
+  auto work = pc.all_reduce(t, ReduceOp::kMax);
+  while (!work->test()) {
+  }
+  EXPECT_TRUE(t.equal(reference_reduce(size, 1001, at::kFloat, ReduceOp::kMax)));
+}
+
+TEST(Collectives, LargeReductionsInBothModes) {
+  // Over 1 MiB, the default piece size: several MPI calls per collective.
   const int rank = comm().rank(), size = comm().size();
-  const int64_t chunk = (1 << 18) / size + 3;
+  const int64_t chunk = (1 << 19) / size + 3;
   for (const auto& mode : kModes) {
     at::Tensor input = contribution(rank, chunk * size, at::kFloat);
     at::Tensor output = torch::empty({chunk});
     comm().reduce_scatter(input, output, ReduceOp::kAvg, mode)->wait();
-    at::Tensor expected = reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kAvg).narrow(0, rank * chunk, chunk);
-    EXPECT_TRUE(output.equal(expected)) << (mode.async ? "async" : "blocking");
+    at::Tensor expected = reference_reduce(size, chunk * size, at::kFloat, ReduceOp::kAvg);
+    EXPECT_TRUE(output.equal(expected.narrow(0, rank * chunk, chunk))) << (mode.async ? "async" : "blocking");
+    comm().all_reduce(input, ReduceOp::kAvg, mode)->wait();
+    EXPECT_TRUE(input.equal(expected)) << (mode.async ? "async" : "blocking");
   }
 }
 
