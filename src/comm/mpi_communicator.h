@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/mpi_work.h"
+#include "comm/staging_pool.h"
 #include "zero/communicator.h"
 
 namespace zero::comm_detail {
@@ -52,6 +53,7 @@ class MpiCommunicator : public Communicator {
 
   MPI_Comm comm_;
   CommunicatorOptions options_;
+  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int rank_ = 0, size_ = 1;
 };
 

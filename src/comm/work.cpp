@@ -16,6 +16,7 @@ int run_pieces(std::vector<MpiPiece>& pieces) {
     int code = piece.run();
     if (code != MPI_SUCCESS) return code;
     if (piece.finish) piece.finish();
+    piece = {};  // return its staging buffers before the next piece takes some
   }
   return MPI_SUCCESS;
 }
