@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "comm/staging_pool.h"
 #include "dist_test_world.h"
 #include "zero/comm_stats.h"
 #include "zero/error.h"
@@ -402,4 +403,23 @@ TEST(LocalChecks, BadArgumentsAreClearErrors) {
   }
   at::Tensor x = torch::ones({4}, torch::kFloat);
   EXPECT_THROW(comm().broadcast(x, comm().size()), zero::Error);
+}
+
+TEST(StagingPool, ReusesItsBuffers) {
+  auto pool = std::make_shared<zero::comm_detail::StagingPool>();
+  {
+    at::Tensor a = pool->acquire(1000, at::kFloat);  // 4000 bytes, rounded up to 4032
+    EXPECT_EQ(a.numel(), 1000);
+    EXPECT_EQ(a.scalar_type(), at::kFloat);
+    EXPECT_EQ(pool->bytes_held(), 4032);
+  }
+  for (int i = 0; i < 10; ++i) {
+    at::Tensor again = pool->acquire(500, at::kBFloat16);  // fits the returned buffer: nothing new
+    again.fill_(1);
+  }
+  EXPECT_EQ(pool->bytes_held(), 4032);
+  at::Tensor first = pool->acquire(1000, at::kFloat);
+  at::Tensor second = pool->acquire(10, at::kLong);  // the only free buffer is in use: a new one
+  EXPECT_EQ(pool->bytes_held(), 4032 + 128);
+  EXPECT_NE(first.data_ptr(), second.data_ptr());
 }
