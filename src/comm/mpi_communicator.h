@@ -23,6 +23,11 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   MPI_Comm handle() const { return comm_; }
+  // Runs the local argument checks, then (with check_consistency) compares validity, op, dtype,
+  // count and `extra` (root or reduce op) across ranks: when anything differs every rank throws,
+  // so no rank is left waiting in a collective the others abandoned.
+  void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
+                int64_t extra);
 
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveOptions& options) override;
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
@@ -36,11 +41,6 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
-  // Runs the local argument checks, then (with check_consistency) compares validity, op, dtype,
-  // count and `extra` (root or reduce op) across ranks: when anything differs every rank throws,
-  // so no rank is left waiting in a collective the others abandoned.
-  void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
-                int64_t extra);
   void check(int code, const char* what) const;
   // Runs `pieces` now with blocking calls (options.async false), or returns a Work that starts them.
   std::shared_ptr<Work> launch(const char* what, const CollectiveOptions& options, std::vector<MpiPiece> pieces,

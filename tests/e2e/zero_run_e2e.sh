@@ -50,6 +50,30 @@ else
   bad "failing_rank: status $status after ${elapsed}s"$'\n'"$out"
 fi
 
+# Ctrl-C (SIGINT to zero-run) stops every rank within seconds.
+cat > "$tmp/sleeper.sh" <<'SH'
+#!/usr/bin/env bash
+echo $$ > "$1/pid.$OMPI_COMM_WORLD_RANK"
+sleep 60
+SH
+chmod +x "$tmp/sleeper.sh"
+mkdir -p "$tmp/pids"
+"$bin/zero-run" -n 2 "$tmp/sleeper.sh" "$tmp/pids" > "$tmp/int.out" 2>&1 &
+launcher=$!
+for _ in $(seq 50); do [[ -f $tmp/pids/pid.0 && -f $tmp/pids/pid.1 ]] && break; sleep 0.2; done
+start=$(date +%s)
+kill -INT "$launcher"
+wait "$launcher"
+status=$?
+elapsed=$(( $(date +%s) - start ))
+alive=0
+for f in "$tmp"/pids/pid.*; do kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
+if [[ $status -ne 0 && $alive -eq 0 && $elapsed -lt 20 ]]; then
+  say "ok   ctrl_c (${elapsed}s, status $status)"
+else
+  bad "ctrl_c: status $status, ranks alive: $alive, ${elapsed}s"$'\n'"$(cat "$tmp/int.out")"
+fi
+
 # Dry run prints the exact mpirun command.
 out=$("$bin/zero-run" -n 2 --dry-run ./train --config ds.json 2>&1)
 grep -qE '^mpirun .*--bind-to none -np 2 .*--rank-wrapper .* -- \./train --config ds\.json$' <<<"$out" && say "ok   dry_run" || bad "dry_run: $out"
