@@ -44,21 +44,7 @@ std::string describe(const json& value) {
   return std::string(value.type_name()) + " " + text;
 }
 
-bool is_auto_string(const json& value) { return value.is_string() && value.get_ref<const std::string&>() == "auto"; }
-
-}  // namespace
-
-void Diagnostics::record(const std::string& path, const json& value, ValueSource source) {
-  for (auto& v : values) {
-    if (v.path == path) {
-      v.value = value.dump();
-      v.source = source;
-      return;
-    }
-  }
-  values.push_back({path, value.dump(), source});
-}
-
+// The words of a snake_case key, lowercased.
 std::vector<std::string> tokens(std::string_view key) {
   std::vector<std::string> out;
   std::string current;
@@ -72,6 +58,21 @@ std::vector<std::string> tokens(std::string_view key) {
   }
   if (!current.empty()) out.push_back(current);
   return out;
+}
+
+bool is_auto_string(const json& value) { return value.is_string() && value.get_ref<const std::string&>() == "auto"; }
+
+}  // namespace
+
+void Diagnostics::record(const std::string& path, const json& value, ValueSource source) {
+  for (auto& v : values) {
+    if (v.path == path) {
+      v.value = value.dump();
+      v.source = source;
+      return;
+    }
+  }
+  values.push_back({path, value.dump(), source});
 }
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
