@@ -244,31 +244,26 @@ size_t ObjectReader::get_choice(std::string_view key, size_t fallback, const std
   return fallback;
 }
 
-int64_t ObjectReader::get_int_or_auto(std::string_view key, int64_t fallback, int64_t min, bool* is_auto) {
+bool ObjectReader::take_auto(std::string_view key, bool* is_auto) {
   const json* v = lookup(key);
   *is_auto = v && is_auto_string(*v);
-  if (!*is_auto) return get_int(key, fallback, min);
-  diag_.autos.push_back(path_of(key));
-  diag_.record(path_of(key), "auto", ValueSource::kAuto);
-  return fallback;
+  if (*is_auto) {
+    diag_.autos.push_back(path_of(key));
+    diag_.record(path_of(key), "auto", ValueSource::kAuto);
+  }
+  return *is_auto;
+}
+
+int64_t ObjectReader::get_int_or_auto(std::string_view key, int64_t fallback, int64_t min, bool* is_auto) {
+  return take_auto(key, is_auto) ? fallback : get_int(key, fallback, min);
 }
 
 double ObjectReader::get_double_or_auto(std::string_view key, double fallback, double min, double max, bool* is_auto) {
-  const json* v = lookup(key);
-  *is_auto = v && is_auto_string(*v);
-  if (!*is_auto) return get_double(key, fallback, min, max);
-  diag_.autos.push_back(path_of(key));
-  diag_.record(path_of(key), "auto", ValueSource::kAuto);
-  return fallback;
+  return take_auto(key, is_auto) ? fallback : get_double(key, fallback, min, max);
 }
 
 bool ObjectReader::get_bool_or_auto(std::string_view key, bool fallback, bool* is_auto) {
-  const json* v = lookup(key);
-  *is_auto = v && is_auto_string(*v);
-  if (!*is_auto) return get_bool(key, fallback);
-  diag_.autos.push_back(path_of(key));
-  diag_.record(path_of(key), "auto", ValueSource::kAuto);
-  return fallback;
+  return take_auto(key, is_auto) ? fallback : get_bool(key, fallback);
 }
 
 std::vector<std::string> ObjectReader::get_string_list(std::string_view key) {

@@ -67,6 +67,8 @@ class ObjectReader {
 
  private:
   const nlohmann::json* lookup(std::string_view key);
+  // True (and recorded as "auto") when `key` holds the string "auto".
+  bool take_auto(std::string_view key, bool* is_auto);
   void record_default(std::string_view key, const nlohmann::json& value);
 
   const nlohmann::json* object_;
