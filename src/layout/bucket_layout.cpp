@@ -1,0 +1,67 @@
+#include "layout/bucket_layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace zero::layout {
+
+BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, int64_t alignment,
+                           int64_t bucket_elements, const std::vector<int>& order)
+    : world_size_(world_size), slots_(numels.size()) {
+  if (world_size < 1 || alignment < 1 || bucket_elements < 1) {
+    throw std::invalid_argument("BucketLayout: world_size, alignment and bucket_elements must be >= 1");
+  }
+  std::vector<int> sequence = order;
+  if (sequence.empty()) {
+    sequence.resize(numels.size());
+    std::iota(sequence.begin(), sequence.end(), 0);
+  }
+  if (sequence.size() != numels.size()) throw std::invalid_argument("BucketLayout: order must list every parameter once");
+  const int64_t quantum = static_cast<int64_t>(world_size) * alignment;
+  auto close = [&] {
+    Bucket& b = buckets_.back();
+    b.padded = (b.numel + quantum - 1) / quantum * quantum;
+    if (b.padded == 0) b.padded = quantum;  // an all-empty bucket still has one quantum, so shards exist
+    b.shard = b.padded / world_size;
+    b.owned_offset = padded_ / world_size;
+    padded_ += b.padded;
+  };
+  for (int p : sequence) {
+    const int64_t n = numels.at(static_cast<size_t>(p));
+    if (buckets_.empty() || (buckets_.back().numel > 0 && buckets_.back().numel + n > bucket_elements)) {
+      if (!buckets_.empty()) close();
+      buckets_.emplace_back();
+    }
+    Bucket& b = buckets_.back();
+    slots_[static_cast<size_t>(p)] = {static_cast<int>(buckets_.size() - 1), b.numel, n};
+    b.params.push_back(p);
+    b.numel += n;
+    numel_ += n;
+  }
+  if (!buckets_.empty()) close();
+}
+
+int64_t BucketLayout::owned_valid(int bucket, int rank) const {
+  const Bucket& b = buckets_.at(static_cast<size_t>(bucket));
+  const int64_t begin = rank * b.shard;
+  return std::clamp<int64_t>(b.numel - begin, 0, b.shard);
+}
+
+int64_t BucketLayout::owned_valid(int rank) const {
+  int64_t total = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) total += owned_valid(static_cast<int>(b), rank);
+  return total;
+}
+
+std::optional<Fragment> BucketLayout::fragment(int param, int rank) const {
+  const ParamSlot& s = slot(param);
+  const Bucket& b = buckets_[static_cast<size_t>(s.bucket)];
+  const int64_t shard_begin = rank * b.shard, shard_end = shard_begin + b.shard;
+  const int64_t begin = std::max(s.offset, shard_begin), end = std::min(s.offset + s.numel, shard_end);
+  if (begin >= end) return std::nullopt;
+  return Fragment{begin - s.offset, end - s.offset, b.owned_offset + (begin - shard_begin)};
+}
+
+}  // namespace zero::layout

@@ -1,0 +1,73 @@
+#include "layout/bucket_layout.h"
+
+#include <gtest/gtest.h>
+
+using zero::layout::BucketLayout;
+
+TEST(BucketLayout, PacksPadsAndShards) {
+  // Three ranks, alignment 2: a quantum of 6 elements.
+  BucketLayout l({5, 4, 10, 3}, 3, 2, 10);
+  ASSERT_EQ(l.buckets().size(), 3u);  // {5,4} | {10} | {3}
+  EXPECT_EQ(l.buckets()[0].params, (std::vector<int>{0, 1}));
+  EXPECT_EQ(l.buckets()[0].numel, 9);
+  EXPECT_EQ(l.buckets()[0].padded, 12);
+  EXPECT_EQ(l.buckets()[0].shard, 4);
+  EXPECT_EQ(l.buckets()[1].padded, 12);
+  EXPECT_EQ(l.buckets()[2].padded, 6);
+  EXPECT_EQ(l.buckets()[2].owned_offset, 8);  // 4 + 4
+  EXPECT_EQ(l.numel(), 22);
+  EXPECT_EQ(l.padded_numel(), 30);
+  EXPECT_EQ(l.padding(), 8);
+  EXPECT_EQ(l.owned_numel(), 10);
+  EXPECT_EQ(l.slot(1).bucket, 0);
+  EXPECT_EQ(l.slot(1).offset, 5);
+  EXPECT_EQ(l.slot(3).bucket, 2);
+}
+
+TEST(BucketLayout, AParameterLargerThanABucketGetsItsOwn) {
+  BucketLayout l({3, 100, 3}, 2, 1, 8);
+  ASSERT_EQ(l.buckets().size(), 3u);
+  EXPECT_EQ(l.buckets()[1].params, std::vector<int>{1});
+  EXPECT_EQ(l.buckets()[1].padded, 100);
+}
+
+TEST(BucketLayout, FragmentsCoverEveryParameterExactlyOnce) {
+  for (int world : {1, 2, 3, 4}) {
+    BucketLayout l({7, 1, 13, 2, 9}, world, 4, 16, {4, 3, 2, 1, 0});
+    std::vector<int64_t> covered(5, 0);
+    for (int p = 0; p < 5; ++p) {
+      int64_t next = 0;
+      for (int r = 0; r < world; ++r) {
+        auto f = l.fragment(p, r);
+        if (!f) continue;
+        EXPECT_EQ(f->param_begin, next) << "param " << p << " rank " << r;  // in rank order, contiguous
+        next = f->param_end;
+        EXPECT_GE(f->owned_offset, 0);
+        EXPECT_LE(f->owned_offset + (f->param_end - f->param_begin), l.owned_numel());
+        covered[p] += f->param_end - f->param_begin;
+      }
+      EXPECT_EQ(covered[p], l.slot(p).numel);
+    }
+    int64_t valid = 0;
+    for (int r = 0; r < world; ++r) valid += l.owned_valid(r);
+    EXPECT_EQ(valid, l.numel()) << world;
+  }
+}
+
+TEST(BucketLayout, UnevenShardsAtThreeRanks) {
+  BucketLayout l({10}, 3, 1, 100);  // padded to 12, shards of 4: ranks own 4, 4, 2 real elements
+  EXPECT_EQ(l.owned_valid(0, 0), 4);
+  EXPECT_EQ(l.owned_valid(0, 2), 2);
+  auto f = l.fragment(0, 2);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->param_begin, 8);
+  EXPECT_EQ(f->param_end, 10);
+  EXPECT_EQ(f->owned_offset, 0);
+}
+
+TEST(BucketLayout, OrderDecidesTheBuckets) {
+  BucketLayout l({4, 4, 4}, 1, 1, 8, {2, 1, 0});
+  EXPECT_EQ(l.buckets()[0].params, (std::vector<int>{2, 1}));
+  EXPECT_EQ(l.slot(0).bucket, 1);
+  EXPECT_THROW(BucketLayout({1, 2}, 1, 1, 8, {0}), std::invalid_argument);
+}
