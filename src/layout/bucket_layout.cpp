@@ -18,7 +18,8 @@ BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, i
     sequence.resize(numels.size());
     std::iota(sequence.begin(), sequence.end(), 0);
   }
-  if (sequence.size() != numels.size()) throw std::invalid_argument("BucketLayout: order must list every parameter once");
+  if (sequence.size() != numels.size())
+    throw std::invalid_argument("BucketLayout: order must list every parameter once");
   const int64_t quantum = static_cast<int64_t>(world_size) * alignment;
   auto close = [&] {
     Bucket& b = buckets_.back();

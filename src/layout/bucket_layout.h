@@ -25,11 +25,11 @@ struct ParamSlot {
 };
 
 struct Bucket {
-  std::vector<int> params;    // in layout order
-  int64_t numel = 0;          // sum of the parameters' elements
-  int64_t padded = 0;         // numel rounded up to world_size × alignment
-  int64_t shard = 0;          // padded / world_size: what each rank owns
-  int64_t owned_offset = 0;   // where this bucket's shard starts in a rank's owned buffer
+  std::vector<int> params;   // in layout order
+  int64_t numel = 0;         // sum of the parameters' elements
+  int64_t padded = 0;        // numel rounded up to world_size × alignment
+  int64_t shard = 0;         // padded / world_size: what each rank owns
+  int64_t owned_offset = 0;  // where this bucket's shard starts in a rank's owned buffer
 };
 
 // The part of a parameter one rank owns.
@@ -50,8 +50,8 @@ class BucketLayout {
   const ParamSlot& slot(int param) const { return slots_.at(static_cast<size_t>(param)); }
   size_t num_params() const { return slots_.size(); }
 
-  int64_t numel() const { return numel_; }            // all parameters
-  int64_t padded_numel() const { return padded_; }    // all buckets, padding included
+  int64_t numel() const { return numel_; }          // all parameters
+  int64_t padded_numel() const { return padded_; }  // all buckets, padding included
   int64_t padding() const { return padded_ - numel_; }
   int64_t owned_numel() const { return padded_ / world_size_; }  // per rank, padding included
   // Elements of real parameters (not padding) in `rank`'s shard of `bucket`, and in all its shards.

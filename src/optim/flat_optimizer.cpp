@@ -1,0 +1,135 @@
+#include "optim/flat_optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "zero/error.h"
+
+namespace zero::optim {
+namespace {
+
+at::Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat); }
+
+// Adam and AdamW: m, v; bias correction; weight decay decoupled (AdamW mode) or added to the
+// gradient (Adam mode).
+class Adam : public FlatOptimizer {
+ public:
+  Adam(const OptimizerConfig& c, int64_t n) : c_(c), m_(zeros(n)), v_(zeros(n)) {}
+  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
+    at::Tensor g = grads;
+    if (c_.weight_decay != 0) {
+      if (c_.adam_w_mode) {
+        params.mul_(1 - p.lr * c_.weight_decay);
+      } else {
+        g = grads.add(params, c_.weight_decay);
+      }
+    }
+    m_.mul_(p.beta1).add_(g, 1 - p.beta1);
+    v_.mul_(p.beta2).addcmul_(g, g, 1 - p.beta2);
+    const double t = static_cast<double>(p.step);
+    const double bc1 = c_.bias_correction ? 1 - std::pow(p.beta1, t) : 1.0;
+    const double bc2 = c_.bias_correction ? 1 - std::pow(p.beta2, t) : 1.0;
+    at::Tensor denom = (v_.sqrt() / std::sqrt(bc2)).add_(c_.eps);
+    params.addcdiv_(m_, denom, -p.lr / bc1);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() const override {
+    return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+  }
+
+ private:
+  OptimizerConfig c_;
+  at::Tensor m_, v_;
+};
+
+class Adagrad : public FlatOptimizer {
+ public:
+  Adagrad(const OptimizerConfig& c, int64_t n) : c_(c), sum_(zeros(n)) {}
+  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
+    at::Tensor g = c_.weight_decay != 0 ? grads.add(params, c_.weight_decay) : grads;
+    sum_.addcmul_(g, g, 1.0);
+    params.addcdiv_(g, sum_.sqrt().add_(c_.eps), -p.lr);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"sum", sum_}}; }
+
+ private:
+  OptimizerConfig c_;
+  at::Tensor sum_;
+};
+
+// Lion: the sign of an interpolation of momentum and gradient; decoupled weight decay.
+class Lion : public FlatOptimizer {
+ public:
+  Lion(const OptimizerConfig& c, int64_t n) : c_(c), m_(zeros(n)) {}
+  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
+    at::Tensor update = (m_ * p.beta1).add_(grads, 1 - p.beta1).sign_();
+    if (c_.weight_decay != 0) params.mul_(1 - p.lr * c_.weight_decay);
+    params.add_(update, -p.lr);
+    m_.mul_(p.beta2).add_(grads, 1 - p.beta2);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"exp_avg", m_}}; }
+
+ private:
+  OptimizerConfig c_;
+  at::Tensor m_;
+};
+
+// SGD as torch.optim.SGD: L2 weight decay, momentum with dampening (the first step takes the
+// gradient as it is), Nesterov.
+class Sgd : public FlatOptimizer {
+ public:
+  Sgd(const OptimizerConfig& c, int64_t n) : c_(c), buffer_(c.momentum != 0 ? zeros(n) : at::Tensor()) {}
+  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
+    at::Tensor g = c_.weight_decay != 0 ? grads.add(params, c_.weight_decay) : grads;
+    if (c_.momentum != 0) {
+      if (p.step == 1) {
+        buffer_.copy_(g);
+      } else {
+        buffer_.mul_(c_.momentum).add_(g, 1 - c_.dampening);
+      }
+      g = c_.nesterov ? g.add(buffer_, c_.momentum) : buffer_;
+    }
+    params.add_(g, -p.lr);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() const override {
+    if (!buffer_.defined()) return {};
+    return {{"momentum_buffer", buffer_}};
+  }
+
+ private:
+  OptimizerConfig c_;
+  at::Tensor buffer_;
+};
+
+}  // namespace
+
+int64_t FlatOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, t] : state()) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel) {
+  switch (config.type) {
+    case OptimizerType::kAdam:
+    case OptimizerType::kAdamW:
+    case OptimizerType::kCpuAdam:
+      return std::make_unique<Adam>(config, numel);
+    case OptimizerType::kAdagrad:
+      return std::make_unique<Adagrad>(config, numel);
+    case OptimizerType::kLion:
+      return std::make_unique<Lion>(config, numel);
+    case OptimizerType::kSgd:
+      return std::make_unique<Sgd>(config, numel);
+    case OptimizerType::kLamb:
+      throw Error(
+          "optimizer.type \"Lamb\" is not supported by zerocpp yet (its per-parameter trust ratio needs norms "
+          "across ranks)",
+          "optimizer.type");
+    case OptimizerType::kNone:
+      break;
+  }
+  throw Error("no optimizer configured: add an \"optimizer\" block to the DeepSpeed config", "optimizer");
+}
+
+}  // namespace zero::optim

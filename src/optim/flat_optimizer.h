@@ -1,0 +1,40 @@
+// Optimizers over one flat fp32 buffer: the fp32 master slice a rank owns. The engine hands each
+// step the matching fp32 gradient slice (already unscaled and clipped) and the hyper-parameters
+// of this step (lr and betas can change every step: schedules, OneCycle momentum).
+//
+// Formulas are DeepSpeed's (CONFIG.md), element-wise, so the result does not depend on how the
+// buffer is partitioned — the property ZeRO's equivalence rests on.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zero/config.h"
+
+namespace zero::optim {
+
+struct StepParams {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  int64_t step = 1;  // 1-based count of applied steps, for bias correction
+};
+
+class FlatOptimizer {
+ public:
+  virtual ~FlatOptimizer() = default;
+  // params and grads: contiguous fp32 of the same size (the size given at construction).
+  virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) = 0;
+  // Named state tensors (checkpoints, memory reports).
+  virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
+  int64_t state_bytes() const;
+};
+
+// Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD. Lamb needs per-parameter norms across
+// ranks and is not built yet: it throws zero::Error naming it.
+std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel);
+
+}  // namespace zero::optim

@@ -1,0 +1,135 @@
+// Each optimizer on a flat buffer against a reference: LibTorch's torch::optim where it has one,
+// a plain scalar loop otherwise. Ten steps with changing gradients.
+#include "optim/flat_optimizer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "zero/error.h"
+
+using namespace zero;
+
+namespace {
+
+constexpr int64_t kN = 257;
+constexpr int kSteps = 10;
+
+at::Tensor gradient(int step) {
+  torch::manual_seed(100 + step);
+  return torch::randn({kN});
+}
+
+// Runs our optimizer and torch's on the same start and gradients; returns max relative difference.
+double compare(const OptimizerConfig& config, torch::optim::Optimizer& reference, at::Tensor& reference_param) {
+  at::Tensor ours = reference_param.detach().clone();
+  auto flat = optim::make_flat_optimizer(config, kN);
+  for (int s = 1; s <= kSteps; ++s) {
+    at::Tensor g = gradient(s);
+    flat->step(ours, g, {.lr = config.lr, .beta1 = config.beta1, .beta2 = config.beta2, .step = s});
+    reference_param.mutable_grad() = g.clone();
+    reference.step();
+  }
+  return ((ours - reference_param.detach()).abs() / reference_param.detach().abs().clamp_min(1e-6))
+      .max()
+      .item<double>();
+}
+
+at::Tensor start() {
+  torch::manual_seed(7);
+  return torch::randn({kN}).requires_grad_(true);
+}
+
+}  // namespace
+
+TEST(FlatOptimizer, AdamWMatchesTorch) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kAdamW;
+  c.lr = 1e-2;
+  c.weight_decay = 0.1;
+  c.beta2 = 0.99;
+  at::Tensor p = start();
+  torch::optim::AdamW ref({p}, torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(0.1));
+  EXPECT_LT(compare(c, ref, p), 1e-6);
+}
+
+TEST(FlatOptimizer, AdamL2ModeMatchesTorchAdam) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kAdam;
+  c.adam_w_mode = false;
+  c.lr = 1e-2;
+  c.weight_decay = 0.05;
+  at::Tensor p = start();
+  torch::optim::Adam ref({p}, torch::optim::AdamOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(0.05));
+  EXPECT_LT(compare(c, ref, p), 1e-6);
+}
+
+TEST(FlatOptimizer, AdagradMatchesTorch) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kAdagrad;
+  c.lr = 1e-1;
+  c.eps = 1e-10;
+  c.weight_decay = 0.01;
+  at::Tensor p = start();
+  torch::optim::Adagrad ref({p}, torch::optim::AdagradOptions(c.lr).eps(c.eps).weight_decay(0.01));
+  EXPECT_LT(compare(c, ref, p), 1e-6);
+}
+
+TEST(FlatOptimizer, SgdNesterovMatchesTorch) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kSgd;
+  c.lr = 1e-2;
+  c.momentum = 0.9;
+  c.nesterov = true;
+  c.weight_decay = 0.01;
+  at::Tensor p = start();
+  torch::optim::SGD ref({p}, torch::optim::SGDOptions(c.lr).momentum(0.9).nesterov(true).weight_decay(0.01));
+  EXPECT_LT(compare(c, ref, p), 1e-6);
+}
+
+TEST(FlatOptimizer, SgdDampenedMomentumMatchesTorch) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kSgd;
+  c.lr = 5e-2;
+  c.momentum = 0.8;
+  c.dampening = 0.3;
+  at::Tensor p = start();
+  torch::optim::SGD ref({p}, torch::optim::SGDOptions(c.lr).momentum(0.8).dampening(0.3));
+  EXPECT_LT(compare(c, ref, p), 1e-6);
+}
+
+TEST(FlatOptimizer, LionMatchesAScalarReference) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kLion;
+  c.lr = 1e-3;
+  c.beta1 = 0.9;
+  c.beta2 = 0.99;
+  c.weight_decay = 0.1;
+  at::Tensor ours = start().detach();
+  std::vector<double> w(kN), m(kN, 0.0);
+  for (int64_t i = 0; i < kN; ++i) w[i] = ours[i].item<double>();
+  auto flat = optim::make_flat_optimizer(c, kN);
+  for (int s = 1; s <= kSteps; ++s) {
+    at::Tensor g = gradient(s);
+    flat->step(ours, g, {.lr = c.lr, .beta1 = c.beta1, .beta2 = c.beta2, .step = s});
+    for (int64_t i = 0; i < kN; ++i) {
+      const double gi = g[i].item<float>();
+      const double interpolated = c.beta1 * m[i] + (1 - c.beta1) * gi;
+      const double sign = interpolated > 0 ? 1.0 : interpolated < 0 ? -1.0 : 0.0;
+      w[i] = w[i] * (1 - c.lr * c.weight_decay) - c.lr * sign;
+      m[i] = c.beta2 * m[i] + (1 - c.beta2) * gi;
+    }
+  }
+  for (int64_t i = 0; i < kN; ++i) EXPECT_NEAR(ours[i].item<double>(), w[i], 1e-6) << i;
+}
+
+TEST(FlatOptimizer, StateBytesAreExact) {
+  OptimizerConfig c;
+  c.type = OptimizerType::kAdamW;
+  EXPECT_EQ(optim::make_flat_optimizer(c, 1000)->state_bytes(), 8000);  // m and v in fp32
+  c.type = OptimizerType::kSgd;
+  EXPECT_EQ(optim::make_flat_optimizer(c, 1000)->state_bytes(), 0);  // no momentum, no state
+  c.type = OptimizerType::kLamb;
+  EXPECT_THROW(optim::make_flat_optimizer(c, 10), zero::Error);
+}
