@@ -1,0 +1,90 @@
+// zero::Engine — trains a LibTorch module data-parallel with ZeRO stages 0, 1 and 2.
+//
+//   zero::World world = zero::World::from_environment();
+//   zero::Config config = zero::Config::from_file("ds.json", {.world_size = world.size()});
+//   zero::Engine engine(*model, config, world);
+//   for (...) {
+//     at::Tensor loss = engine.forward([&] { return model->loss(x, y); });
+//     engine.backward(loss);
+//     engine.step();  // applies on the gradient-accumulation boundary, a no-op before it
+//   }
+//
+// What the engine does (docs/engine.md): trainable parameters become views into flat buckets
+// (reduce_bucket_size elements, padded to world_size × alignment); rank r owns shard r of every
+// bucket, and keeps the fp32 master weights and optimizer state only for its shards (stages 1, 2).
+// Gradients: stage 0 all-reduces on the boundary; stage 1 reduce-scatters on the boundary; stage 2
+// reduce-scatters every micro-step into an fp32 accumulator of its shards, and frees each
+// parameter's gradient as soon as it is copied into its bucket. After the optimizer step, the
+// updated shards are all-gathered back into every rank's parameters.
+//
+// The model's trainable parameters must share one dtype; with "bf16" or "fp16" enabled the engine
+// casts the module to it (as DeepSpeed does), and inputs must match. Initial weights are
+// broadcast from rank 0.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "zero/comm_stats.h"
+#include "zero/config.h"
+#include "zero/world.h"
+
+namespace at {
+class Tensor;
+}
+namespace torch::nn {
+class Module;
+}
+
+namespace zero {
+
+// Bytes this rank holds for model state, by category (padding included in each).
+struct MemoryReport {
+  int64_t parameters = 0;        // 16- or 32-bit parameters, whole on every rank (stages 0-2)
+  int64_t gradients = 0;         // stage 0/1: whole, model dtype; stage 2: owned shards, fp32
+  int64_t master_weights = 0;    // fp32 master of the owned shards
+  int64_t optimizer_state = 0;   // e.g. Adam's m and v for the owned shards
+  int64_t buckets = 0;           // stage 2: gradient bucket buffers in the pool
+  int64_t padding_elements = 0;  // elements added to align buckets (all ranks together)
+  int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets; }
+};
+
+class Engine {
+ public:
+  // `config` must be resolved (Config::from_file or resolve()) for world.size() ranks, and must
+  // have an "optimizer" block. The module must outlive the engine.
+  Engine(torch::nn::Module& model, const Config& config, World& world);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs `fn` (the model's forward and loss) and returns its result.
+  at::Tensor forward(const std::function<at::Tensor()>& fn);
+  // Backward of loss × loss_scale / gradient_accumulation_steps, then this micro-step's gradient
+  // reductions (stage 2 always, stages 0/1 on the boundary).
+  void backward(const at::Tensor& loss);
+  // On the accumulation boundary: overflow check (fp16), unscale + clip, optimizer, LR schedule,
+  // parameter all-gather. Before it: counts the micro-step and returns.
+  void step();
+
+  int64_t global_steps() const;    // applied or skipped optimizer steps
+  int64_t global_samples() const;  // global_steps × train_batch_size
+  int64_t skipped_steps() const;   // fp16 overflows
+  int64_t micro_steps() const;
+  bool is_gradient_accumulation_boundary() const;  // true when the next step() applies
+  bool was_step_applied() const;                   // the last boundary step updated the weights
+  double get_lr() const;                           // the lr of the next optimizer step
+  double get_global_grad_norm() const;             // unscaled, before clipping, of the last step
+  double loss_scale() const;                       // 1 without fp16
+  MemoryReport memory_report() const;
+  // Collective calls, bytes and time of this engine's communicator since construction.
+  const CommStats& comm_stats() const;
+  const Config& config() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace zero

@@ -1,0 +1,193 @@
+#include "zero/engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+#include <unordered_set>
+
+#include "engine/flat_params.h"
+#include "engine/grad_reducer.h"
+#include "optim/flat_optimizer.h"
+#include "zero/error.h"
+#include "zero/loss_scaler.h"
+#include "zero/lr_schedule.h"
+
+namespace zero {
+namespace {
+
+// The distinct trainable parameters in registration order (a tied parameter appears once).
+std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) {
+  std::vector<at::Tensor> params;
+  std::unordered_set<const void*> seen;
+  for (auto& p : model.parameters()) {
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  }
+  return params;
+}
+
+void check_config(const Config& config, const World& world) {
+  if (!config.resolved() || config.world_size != world.size()) {
+    throw Error("the config must be resolved for world size " + std::to_string(world.size()) +
+                    " (Config::from_file or Config::resolve)",
+                config.origin());
+  }
+  if (config.zero.stage > 2) {
+    throw Error("zero_optimization.stage 3 is not supported by this engine yet (stages 0, 1 and 2 are)",
+                "zero_optimization.stage");
+  }
+  if (config.zero.offload_optimizer.device != OffloadDevice::kNone ||
+      config.zero.offload_param.device != OffloadDevice::kNone) {
+    throw Error("zero_optimization.offload_optimizer / offload_param are not supported by this engine yet",
+                "zero_optimization.offload_optimizer");
+  }
+  if (config.optimizer.type == OptimizerType::kNone) {
+    throw Error("the config has no \"optimizer\" block: the engine builds its optimizer from it", "optimizer");
+  }
+}
+
+}  // namespace
+
+struct Engine::State {
+  const Config config;
+  World& world;
+  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
+  CountingCommunicator comm;
+  std::unique_ptr<engine::FlatParams> flat;
+  std::unique_ptr<engine::GradReducer> reducer;
+  at::Tensor master;  // fp32, the owned shards of every bucket, bucket after bucket
+  std::unique_ptr<optim::FlatOptimizer> optimizer;
+  LrSchedule schedule;
+  LossScaler scaler;
+  int owner_rank = 0;  // which shard of each bucket this rank owns (0 at stage 0: all of it)
+  int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0, applied_steps = 0;
+  bool step_applied = false;
+  double grad_norm = 0;
+
+  State(torch::nn::Module& model, const Config& c, World& w)
+      : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
+};
+
+Engine::Engine(torch::nn::Module& model, const Config& config, World& world) {
+  check_config(config, world);
+  state_ = std::make_unique<State>(model, config, world);
+  State& s = *state_;
+  // DeepSpeed casts the module to the training precision before anything else: dtypes must be
+  // final before hooks are attached (changing one drops the gradient accumulator).
+  if (config.bf16) model.to(at::kBFloat16);
+  if (config.fp16.enabled) model.to(at::kHalf);
+  {
+    at::NoGradGuard no_grad;
+    // Every rank starts from rank 0's weights and buffers.
+    for (auto& p : model.parameters()) s.comm.broadcast(p.detach(), 0, {.async = false});
+    for (auto& b : model.buffers()) s.comm.broadcast(b.detach(), 0, {.async = false});
+  }
+  const int partitions = config.zero.stage == 0 ? 1 : world.size();
+  s.owner_rank = partitions == 1 ? 0 : world.rank();
+  s.flat =
+      std::make_unique<engine::FlatParams>(trainable_parameters(model), partitions, config.zero.reduce_bucket_size);
+  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, config.zero.stage, config.zero.overlap_comm,
+                                                    config.prescale_gradients, config.gradient_predivide_factor);
+  std::vector<at::Tensor> shards;
+  for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
+    shards.push_back(s.flat->shard(s.flat->buffer(static_cast<int>(b)), static_cast<int>(b), s.owner_rank));
+  }
+  s.master = at::cat(shards).to(at::kFloat);
+  s.optimizer = optim::make_flat_optimizer(config.optimizer, s.master.numel());
+}
+
+Engine::~Engine() = default;
+
+at::Tensor Engine::forward(const std::function<at::Tensor()>& fn) { return fn(); }
+
+bool Engine::is_gradient_accumulation_boundary() const {
+  return (state_->micro_steps + 1) % state_->config.gradient_accumulation_steps == 0;
+}
+
+void Engine::backward(const at::Tensor& loss) {
+  State& s = *state_;
+  const bool boundary = is_gradient_accumulation_boundary();
+  s.reducer->begin_backward(s.config.zero.stage == 2 || boundary);
+  // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
+  (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward();
+  s.reducer->end_backward();
+}
+
+void Engine::step() {
+  State& s = *state_;
+  const bool boundary = is_gradient_accumulation_boundary();
+  ++s.micro_steps;
+  if (!boundary) return;
+  ++s.global_steps;
+  at::Tensor grads = s.reducer->owned_gradients();
+  if (s.config.fp16.enabled) {
+    // Overflow anywhere skips the step everywhere.
+    at::Tensor overflow = at::full({1}, grads.isfinite().all().item<bool>() ? 0 : 1, at::kInt);
+    s.comm.all_reduce(overflow, ReduceOp::kMax, {.async = false});
+    if (overflow.item<int>() != 0) {
+      s.scaler.update(true);
+      ++s.skipped_steps;
+      s.step_applied = false;
+      s.reducer->zero();
+      return;
+    }
+  }
+  // Global L2 norm of the (still loss-scaled) gradients; padding elements are zero and add nothing.
+  // Partitioned, each rank holds a share of the squares; at stage 0 every rank holds them all.
+  at::Tensor squares = at::full({1}, grads.pow(2).sum(at::kDouble).item<double>(), at::kDouble);
+  if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
+  const double scaled_norm = std::sqrt(squares.item<double>());
+  s.grad_norm = scaled_norm / loss_scale();
+  // Unscale and clip in one multiplication, as DeepSpeed does.
+  double combined = loss_scale();
+  if (s.config.gradient_clipping > 0) {
+    const double clip = (s.grad_norm + 1e-6) / s.config.gradient_clipping;
+    if (clip > 1) combined *= clip;
+  }
+  grads.mul_(1.0 / combined);
+  optim::StepParams params{.lr = s.schedule.lr(),
+                           .beta1 = s.config.optimizer.beta1,
+                           .beta2 = s.config.optimizer.beta2,
+                           .step = s.applied_steps + 1};
+  if (auto betas = s.schedule.betas()) std::tie(params.beta1, params.beta2) = *betas;
+  s.optimizer->step(s.master, grads, params);
+  // The updated shards back into the parameters, then every rank's shards to every rank.
+  const auto& buckets = s.flat->layout().buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
+    at::Tensor shard = s.flat->shard(buffer, static_cast<int>(b), s.owner_rank);
+    shard.copy_(s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard));
+    if (s.flat->layout().world_size() > 1) s.comm.all_gather(shard, buffer, {.async = false});
+  }
+  s.schedule.step();
+  s.scaler.update(false);
+  s.reducer->zero();
+  ++s.applied_steps;
+  s.step_applied = true;
+}
+
+int64_t Engine::global_steps() const { return state_->global_steps; }
+int64_t Engine::global_samples() const { return state_->global_steps * state_->config.train_batch_size; }
+int64_t Engine::skipped_steps() const { return state_->skipped_steps; }
+int64_t Engine::micro_steps() const { return state_->micro_steps; }
+bool Engine::was_step_applied() const { return state_->step_applied; }
+double Engine::get_lr() const { return state_->schedule.lr(); }
+double Engine::get_global_grad_norm() const { return state_->grad_norm; }
+double Engine::loss_scale() const { return state_->config.fp16.enabled ? state_->scaler.scale() : 1.0; }
+const CommStats& Engine::comm_stats() const { return *state_->stats; }
+const Config& Engine::config() const { return state_->config; }
+
+MemoryReport Engine::memory_report() const {
+  const State& s = *state_;
+  MemoryReport r;
+  r.parameters = s.flat->bytes();
+  r.gradients = s.reducer->gradient_bytes();
+  r.master_weights = static_cast<int64_t>(s.master.nbytes());
+  r.optimizer_state = s.optimizer->state_bytes();
+  r.buckets = s.reducer->bucket_bytes();
+  r.padding_elements = s.flat->layout().padding();
+  return r;
+}
+
+}  // namespace zero

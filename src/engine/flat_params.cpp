@@ -1,0 +1,75 @@
+#include "engine/flat_params.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/strides.h>
+
+#include "zero/error.h"
+
+namespace zero::engine {
+namespace {
+
+std::vector<int64_t> numels(const std::vector<at::Tensor>& params) {
+  std::vector<int64_t> out;
+  for (const auto& p : params) out.push_back(p.numel());
+  return out;
+}
+
+std::vector<int> reversed(size_t n) {
+  std::vector<int> order;
+  for (size_t i = n; i-- > 0;) order.push_back(static_cast<int>(i));
+  return order;
+}
+
+at::ScalarType common_dtype(const std::vector<at::Tensor>& params) {
+  if (params.empty()) throw Error("the model has no trainable parameters", "model");
+  for (const auto& p : params) {
+    if (p.scalar_type() != params[0].scalar_type()) {
+      throw Error("trainable parameters have different dtypes (" + std::string(c10::toString(params[0].scalar_type())) +
+                      " and " + c10::toString(p.scalar_type()) + "): zerocpp trains one dtype per model",
+                  "model");
+    }
+    if (!p.device().is_cpu()) throw Error("parameters must be on the CPU for this build", "model");
+  }
+  return params[0].scalar_type();
+}
+
+}  // namespace
+
+int64_t alignment_for(at::ScalarType dtype) { return 32 / static_cast<int64_t>(c10::elementSize(dtype)); }
+
+FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements)
+    : params_(std::move(params)),
+      layout_(numels(params_), partitions, alignment_for(common_dtype(params_)), bucket_elements,
+              reversed(params_.size())),
+      dtype_(params_[0].scalar_type()) {
+  at::NoGradGuard no_grad;
+  for (const auto& bucket : layout_.buckets())
+    buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& p = params_[i];
+    const layout::ParamSlot& s = layout_.slot(static_cast<int>(i));
+    at::Tensor& buffer = buffers_[static_cast<size_t>(s.bucket)];
+    buffer.narrow(0, s.offset, s.numel).copy_(p.reshape(-1));
+    // Note: set_ keeps the tensor object (modules and autograd hold it) and only swaps its storage.
+    p.set_(buffer.storage(), buffer.storage_offset() + s.offset, p.sizes(), c10::contiguous_strides(p.sizes()));
+  }
+}
+
+at::Tensor FlatParams::shard(const at::Tensor& bucket_buffer, int b, int rank) const {
+  const int64_t n = layout_.buckets()[static_cast<size_t>(b)].shard;
+  return bucket_buffer.narrow(0, rank * n, n);
+}
+
+at::Tensor FlatParams::view_of(const at::Tensor& bucket_buffer, int p) const {
+  const layout::ParamSlot& s = layout_.slot(p);
+  return bucket_buffer.narrow(0, s.offset, s.numel).view(params_[static_cast<size_t>(p)].sizes());
+}
+
+int64_t FlatParams::bytes() const {
+  int64_t total = 0;
+  for (const auto& b : buffers_) total += static_cast<int64_t>(b.nbytes());
+  return total;
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,45 @@
+// FlatParams — the model's trainable parameters moved into flat bucket buffers.
+//
+// Each parameter keeps its tensor object (so modules, optimizers and autograd still hold the
+// right thing) but its storage becomes a slice of its bucket's buffer (Tensor::set_ under
+// NoGradGuard: it stays a leaf that requires grad). Writing a bucket buffer therefore updates the
+// parameters without touching their autograd version counters.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "layout/bucket_layout.h"
+
+namespace zero::engine {
+
+class FlatParams {
+ public:
+  // `params`: distinct trainable parameters of one dtype, in registration order. They are laid
+  // out in reverse order (the order backward produces their gradients).
+  FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements);
+
+  const layout::BucketLayout& layout() const { return layout_; }
+  const std::vector<at::Tensor>& params() const { return params_; }
+  at::ScalarType dtype() const { return dtype_; }
+  // Bucket b's parameter buffer (padded), and `rank`'s shard of it.
+  const at::Tensor& buffer(int b) const { return buffers_[static_cast<size_t>(b)]; }
+  at::Tensor shard(const at::Tensor& bucket_buffer, int b, int rank) const;
+  int64_t bytes() const;  // all buffers
+
+  // A tensor shaped like parameter p viewing `bucket_buffer` (same layout as the parameter
+  // buffers, e.g. the gradient buffer of the same bucket).
+  at::Tensor view_of(const at::Tensor& bucket_buffer, int p) const;
+
+ private:
+  std::vector<at::Tensor> params_;
+  layout::BucketLayout layout_;
+  at::ScalarType dtype_;
+  std::vector<at::Tensor> buffers_;
+};
+
+// Alignment, in elements, that makes every shard start on a 32-byte boundary.
+int64_t alignment_for(at::ScalarType dtype);
+
+}  // namespace zero::engine

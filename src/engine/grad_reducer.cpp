@@ -1,0 +1,224 @@
+#include "engine/grad_reducer.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/strides.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace zero::engine {
+namespace {
+
+// Fires after AccumulateGrad has written a parameter's gradient (a tensor hook on the leaf would
+// fire before accumulation: the wrong moment).
+class GradientReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradientReadyHook(GradReducer* reducer, int param) : reducer_(reducer), param_(param) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    reducer_->on_gradient(param_);
+    return outputs;
+  }
+
+ private:
+  GradReducer* reducer_;
+  int param_;
+};
+
+}  // namespace
+
+GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool overlap, bool prescale,
+                         double predivide_factor)
+    : flat_(flat),
+      comm_(comm),
+      stage_(stage),
+      rank_(flat.layout().world_size() == 1 ? 0 : comm.rank()),
+      partitions_(flat.layout().world_size()),
+      overlap_(overlap),
+      prescale_(prescale),
+      predivide_(predivide_factor) {
+  const auto& buckets = flat_.layout().buckets();
+  ready_.assign(buckets.size(), 0);
+  if (stage_ < 2) {
+    for (size_t b = 0; b < buckets.size(); ++b)
+      grad_buffers_.push_back(at::zeros_like(flat_.buffer(static_cast<int>(b))));
+    attach_gradient_views();
+  } else {
+    accumulator_ = at::zeros({flat_.layout().owned_numel()}, at::kFloat);
+    staged_.resize(buckets.size());
+    staged_pool_buffer_.resize(buckets.size());
+  }
+  for (size_t i = 0; i < flat_.params().size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(flat_.params()[i]);
+    accumulator->add_post_hook(std::make_unique<GradientReadyHook>(this, static_cast<int>(i)));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradReducer::~GradReducer() { drain(true); }
+
+void GradReducer::attach_gradient_views() {
+  // Note: .grad as a view into the bucket buffer makes autograd accumulate there in place:
+  // contiguous gradients with no copy.
+  for (size_t i = 0; i < flat_.params().size(); ++i) {
+    const at::Tensor& p = flat_.params()[i];
+    const layout::ParamSlot& s = flat_.layout().slot(static_cast<int>(i));
+    const at::Tensor& buffer = grad_buffers_[static_cast<size_t>(s.bucket)];
+    if (p.grad().defined() &&
+        p.grad().data_ptr() == static_cast<char*>(buffer.data_ptr()) + s.offset * buffer.element_size()) {
+      continue;
+    }
+    at::Tensor view = at::empty({0}, buffer.options());
+    view.set_(buffer.storage(), buffer.storage_offset() + s.offset, p.sizes(), c10::contiguous_strides(p.sizes()));
+    const_cast<at::Tensor&>(p).mutable_grad() = view;
+  }
+}
+
+void GradReducer::begin_backward(bool reduce) {
+  reducing_ = reduce;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_launch_ = 0;
+  if (stage_ < 2) {
+    attach_gradient_views();  // in case the user reset .grad (Module::zero_grad sets it to none)
+  } else {
+    for (const auto& p : flat_.params()) const_cast<at::Tensor&>(p).mutable_grad().reset();
+  }
+}
+
+at::Tensor GradReducer::acquire_bucket(int b) {
+  // Returns bucket b's working view; the pool buffer behind it is kept in staged_pool_buffer_.
+  const int64_t padded = flat_.layout().buckets()[static_cast<size_t>(b)].padded;
+  at::Tensor buffer;
+  for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+    if (it->numel() >= padded) {
+      buffer = *it;
+      pool_.erase(it);
+      break;
+    }
+  }
+  if (!buffer.defined()) {
+    int64_t largest = 0;
+    for (const auto& bucket : flat_.layout().buckets()) largest = std::max(largest, bucket.padded);
+    buffer = at::empty({largest}, at::TensorOptions().dtype(flat_.dtype()));
+    pool_bytes_ += static_cast<int64_t>(buffer.nbytes());
+  }
+  staged_pool_buffer_[static_cast<size_t>(b)] = buffer;
+  // Zeroed: padding, and parameters that get no gradient this micro-step, must add nothing.
+  return buffer.narrow(0, 0, padded).zero_();
+}
+
+void GradReducer::on_gradient(int param) {
+  if (!reducing_) return;
+  const int b = flat_.layout().slot(param).bucket;
+  if (stage_ == 2) {
+    at::Tensor& p = const_cast<at::Tensor&>(flat_.params()[static_cast<size_t>(param)]);
+    if (!staged_[static_cast<size_t>(b)].defined()) staged_[static_cast<size_t>(b)] = acquire_bucket(b);
+    flat_.view_of(staged_[static_cast<size_t>(b)], param).copy_(p.grad());
+    p.mutable_grad().reset();  // the whole gradient lives only until it is in its bucket
+  }
+  ++ready_[static_cast<size_t>(b)];
+  // A complete bucket is reduced now: during backward, asynchronously with overlap_comm (drain
+  // then only polls: MPI progresses non-blocking collectives inside MPI calls), else blocking.
+  launch_ready_buckets();
+  drain(!overlap_);
+}
+
+void GradReducer::launch_ready_buckets() {
+  const auto& buckets = flat_.layout().buckets();
+  while (next_launch_ < static_cast<int>(buckets.size()) &&
+         ready_[static_cast<size_t>(next_launch_)] ==
+             static_cast<int>(buckets[static_cast<size_t>(next_launch_)].params.size())) {
+    launch(next_launch_++);
+  }
+}
+
+void GradReducer::launch(int b) {
+  const CollectiveOptions options{.async = overlap_};
+  at::Tensor grads = stage_ < 2 ? grad_buffers_[static_cast<size_t>(b)] : staged_[static_cast<size_t>(b)];
+  if (prescale_) grads.mul_(1.0 / predivide_);
+  if (stage_ == 0) {
+    pending_.push_back({comm_.all_reduce(grads, ReduceOp::kSum, options), nullptr});
+    return;
+  }
+  // Reduced straight into this rank's shard of the bucket itself.
+  at::Tensor shard = flat_.shard(grads, b, rank_);
+  std::function<void()> finish;
+  if (stage_ == 2) {
+    const auto& bucket = flat_.layout().buckets()[static_cast<size_t>(b)];
+    finish = [this, b, shard, bucket_offset = bucket.owned_offset, size = bucket.shard] {
+      accumulator_.narrow(0, bucket_offset, size).add_(shard);
+      pool_.push_back(std::move(staged_pool_buffer_[static_cast<size_t>(b)]));
+      staged_pool_buffer_[static_cast<size_t>(b)] = at::Tensor();
+      staged_[static_cast<size_t>(b)] = at::Tensor();
+    };
+  }
+  pending_.push_back({comm_.reduce_scatter(grads, shard, ReduceOp::kSum, options), std::move(finish)});
+}
+
+void GradReducer::drain(bool all) {
+  while (!pending_.empty()) {
+    Pending& front = pending_.front();
+    if (all) {
+      front.work->wait();
+    } else if (!front.work->test()) {
+      return;
+    }
+    if (front.finish) front.finish();
+    pending_.pop_front();
+  }
+}
+
+void GradReducer::end_backward() {
+  if (!reducing_) return;
+  const auto& buckets = flat_.layout().buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    // Parameters that got no gradient this micro-step contribute zeros.
+    if (stage_ == 2 && !staged_[b].defined()) staged_[b] = acquire_bucket(static_cast<int>(b));
+    ready_[b] = static_cast<int>(buckets[b].params.size());
+  }
+  launch_ready_buckets();
+  drain(true);
+  reducing_ = false;
+}
+
+void GradReducer::post_scale(at::Tensor& grads) const {
+  const double ranks = comm_.size();
+  if (!prescale_) {
+    grads.div_(ranks);
+  } else if (predivide_ != ranks) {
+    grads.mul_(predivide_ / ranks);
+  }
+}
+
+at::Tensor GradReducer::owned_gradients() {
+  at::Tensor grads;
+  if (stage_ == 2) {
+    grads = accumulator_;
+  } else {
+    std::vector<at::Tensor> shards;
+    for (size_t b = 0; b < grad_buffers_.size(); ++b)
+      shards.push_back(flat_.shard(grad_buffers_[b], static_cast<int>(b), rank_));
+    grads = at::cat(shards).to(at::kFloat);
+  }
+  post_scale(grads);
+  return grads;
+}
+
+void GradReducer::zero() {
+  if (stage_ == 2) {
+    accumulator_.zero_();
+  } else {
+    for (auto& g : grad_buffers_) g.zero_();
+  }
+}
+
+int64_t GradReducer::gradient_bytes() const {
+  if (stage_ == 2) return static_cast<int64_t>(accumulator_.nbytes());
+  int64_t total = 0;
+  for (const auto& g : grad_buffers_) total += static_cast<int64_t>(g.nbytes());
+  return total;
+}
+
+int64_t GradReducer::bucket_bytes() const { return pool_bytes_; }
+
+}  // namespace zero::engine

@@ -1,0 +1,234 @@
+// The engine under mpirun -np 1..4: every stage follows the single-process stage-0 trajectory
+// (computed in the same process on a world of one), and its memory and communication are exact.
+#include "zero/engine.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+
+#include "dist_test_world.h"
+#include "layout/bucket_layout.h"
+#include "zero/error.h"
+
+namespace {
+
+constexpr int kSteps = 20;
+constexpr int64_t kGlobalBatch = 48;  // divisible by every ranks × accumulation used below
+
+struct Mlp : torch::nn::Module {
+  Mlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 8));
+  }
+  at::Tensor forward(const at::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+std::string config_json(int stage, int accumulation, bool overlap) {
+  return R"({"train_batch_size": 48, "gradient_accumulation_steps": )" + std::to_string(accumulation) +
+         R"(, "gradient_clipping": 0.5,
+      "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "reduce_bucket_size": 100,
+                            "overlap_comm": )" +
+         (overlap ? "true" : "false") + R"(},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01, "warmup_num_steps": 5}}})";
+}
+
+// Targets from a fixed function, so that the loss has something to learn.
+at::Tensor teacher(const at::Tensor& x) {
+  static const at::Tensor w = [] {
+    torch::manual_seed(7);
+    return torch::randn({16, 8}) * 0.5;
+  }();
+  return torch::tanh(x.matmul(w));
+}
+
+struct Trajectory {
+  std::vector<double> losses;  // global mean loss per step
+  std::vector<at::Tensor> weights;
+};
+
+// Trains the MLP for kSteps on `world`; rank r takes its contiguous rows of each micro-batch.
+Trajectory train(const std::string& json, zero::World& world) {
+  torch::manual_seed(42);
+  auto model = std::make_shared<Mlp>();
+  zero::Config config = zero::Config::parse(json);
+  config.resolve({.world_size = world.size()});
+  zero::Engine engine(*model, config, world);
+  const int64_t micro = config.train_micro_batch_size_per_gpu, ranks = world.size();
+  Trajectory t;
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(1000 + step);
+    at::Tensor x = torch::randn({kGlobalBatch, 16}), y = teacher(x);
+    double loss_sum = 0;
+    for (int64_t m = 0; m < config.gradient_accumulation_steps; ++m) {
+      const int64_t first = (m * ranks + world.rank()) * micro;
+      at::Tensor xs = x.narrow(0, first, micro), ys = y.narrow(0, first, micro);
+      at::Tensor loss = engine.forward([&] { return torch::mse_loss(model->forward(xs), ys); });
+      engine.backward(loss);
+      engine.step();
+      loss_sum += loss.item<double>();
+    }
+    at::Tensor mean =
+        torch::full({1}, loss_sum / static_cast<double>(config.gradient_accumulation_steps), torch::kDouble);
+    world.communicator().all_reduce(mean, zero::ReduceOp::kAvg, {.async = false});
+    t.losses.push_back(mean.item<double>());
+  }
+  EXPECT_EQ(engine.global_steps(), kSteps);
+  for (const auto& p : model->parameters()) t.weights.push_back(p.detach().clone());
+  return t;
+}
+
+const Trajectory& reference() {
+  static Trajectory ref = [] {
+    zero::World single = zero::World::single_process();
+    return train(config_json(0, 1, false), single);
+  }();
+  return ref;
+}
+
+void expect_same_trajectory(const Trajectory& got, const std::string& what) {
+  const Trajectory& ref = reference();
+  ASSERT_EQ(got.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << what << " step " << i;
+  }
+  ASSERT_EQ(got.weights.size(), ref.weights.size());
+  for (size_t i = 0; i < ref.weights.size(); ++i) {
+    const double diff = (got.weights[i] - ref.weights[i]).abs().max().item<double>();
+    const double scale = ref.weights[i].abs().max().item<double>();
+    EXPECT_LE(diff, 1e-5 * scale) << what << " weight " << i;
+  }
+}
+
+}  // namespace
+
+class EngineEquivalence : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+
+TEST_P(EngineEquivalence, MatchesSingleProcessStageZero) {
+  const auto [stage, accumulation, overlap] = GetParam();
+  Trajectory got = train(config_json(stage, accumulation, overlap), test_world());
+  expect_same_trajectory(got, "stage " + std::to_string(stage) + " gas " + std::to_string(accumulation) +
+                                  (overlap ? " overlap" : "") + " at " + std::to_string(test_world().size()) +
+                                  " ranks");
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, EngineEquivalence,
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(1, 2, 4),
+                                            ::testing::Values(false, true)));
+
+TEST(EngineEquivalence, TheReferenceActuallyTrains) {
+  // A trajectory that does not train would match trivially.
+  const Trajectory& ref = reference();
+  EXPECT_LT(ref.losses.back(), 0.8 * ref.losses.front());
+  torch::manual_seed(42);
+  Mlp initial;
+  auto start = initial.parameters();
+  ASSERT_EQ(start.size(), ref.weights.size());
+  for (size_t i = 0; i < start.size(); ++i) {
+    EXPECT_GT((ref.weights[i] - start[i]).abs().max().item<double>(), 1e-3) << "weight " << i << " never moved";
+  }
+}
+
+TEST(EngineMemory, ReportMatchesTheZeroFormulas) {
+  zero::World& world = test_world();
+  const int n = world.size();
+  for (int stage : {0, 1, 2}) {
+    torch::manual_seed(42);
+    auto model = std::make_shared<Mlp>();
+    zero::Config config = zero::Config::parse(config_json(stage, 1, false));
+    config.resolve({.world_size = n});
+    zero::Engine engine(*model, config, world);
+    // The layout the engine must use: reverse registration order, fp32 alignment 8.
+    const int partitions = stage == 0 ? 1 : n;
+    zero::layout::BucketLayout layout({32 * 16, 32, 8 * 32, 8}, partitions, 8, 100, {3, 2, 1, 0});
+    const int64_t padded = layout.padded_numel(), owned = layout.owned_numel();
+    torch::manual_seed(5);
+    at::Tensor loss = torch::mse_loss(model->forward(torch::randn({2, 16})), torch::randn({2, 8}));
+    engine.backward(loss);
+    engine.step();
+    zero::MemoryReport r = engine.memory_report();
+    EXPECT_EQ(r.parameters, padded * 4) << "stage " << stage;
+    EXPECT_EQ(r.gradients, stage < 2 ? padded * 4 : owned * 4) << "stage " << stage;
+    EXPECT_EQ(r.master_weights, owned * 4) << "stage " << stage;
+    EXPECT_EQ(r.optimizer_state, 2 * owned * 4) << "stage " << stage;
+    EXPECT_EQ(r.padding_elements, padded - (512 + 32 + 256 + 8)) << "stage " << stage;
+    if (stage == 2) {
+      int64_t largest = 0;
+      for (const auto& b : layout.buckets()) largest = std::max(largest, b.padded);
+      EXPECT_GT(r.buckets, 0);
+      EXPECT_EQ(r.buckets % (largest * 4), 0);  // whole pool buffers of the largest bucket
+    } else {
+      EXPECT_EQ(r.buckets, 0);
+    }
+  }
+}
+
+TEST(EngineCommunication, BytesPerStepMatchTheory) {
+  zero::World& world = test_world();
+  const int n = world.size();
+  if (n == 1) GTEST_SKIP() << "a world of one communicates nothing";
+  for (int stage : {0, 1, 2}) {
+    for (int accumulation : {1, 2}) {
+      torch::manual_seed(42);
+      auto model = std::make_shared<Mlp>();
+      zero::Config config = zero::Config::parse(config_json(stage, accumulation, false));
+      config.resolve({.world_size = n});
+      zero::Engine engine(*model, config, world);
+      zero::layout::BucketLayout layout({512, 32, 256, 8}, stage == 0 ? 1 : n, 8, 100, {3, 2, 1, 0});
+      const int64_t padded_bytes = layout.padded_numel() * 4;
+      std::map<zero::CollectiveOp, zero::OpStats> before;
+      for (auto op :
+           {zero::CollectiveOp::kAllReduce, zero::CollectiveOp::kReduceScatter, zero::CollectiveOp::kAllGather}) {
+        before[op] = engine.comm_stats().total(op);
+      }
+      for (int m = 0; m < accumulation; ++m) {
+        torch::manual_seed(5 + m);
+        engine.backward(torch::mse_loss(model->forward(torch::randn({2, 16})), torch::randn({2, 8})));
+        engine.step();
+      }
+      auto delta = [&](zero::CollectiveOp op) {
+        zero::OpStats now = engine.comm_stats().total(op);
+        return std::make_pair(now.message_bytes - before[op].message_bytes, now.bus_bytes - before[op].bus_bytes);
+      };
+      const std::string what = "stage " + std::to_string(stage) + " gas " + std::to_string(accumulation);
+      const double share = double(n - 1) / n;
+      if (stage == 0) {
+        // One all-reduce of every bucket on the boundary; every rank then holds the whole
+        // gradient, so the norm needs no communication.
+        EXPECT_EQ(delta(zero::CollectiveOp::kAllReduce).first, padded_bytes) << what;
+        EXPECT_DOUBLE_EQ(delta(zero::CollectiveOp::kAllReduce).second, 2 * share * padded_bytes) << what;
+        EXPECT_EQ(delta(zero::CollectiveOp::kReduceScatter).first, 0) << what;
+        EXPECT_EQ(delta(zero::CollectiveOp::kAllGather).first, 0) << what;
+      } else {
+        // Reduce-scatter of every bucket (stage 1: on the boundary; stage 2: every micro-step),
+        // all-gather of every bucket after the step, the norm's 8 bytes.
+        const int reductions = stage == 1 ? 1 : accumulation;
+        EXPECT_EQ(delta(zero::CollectiveOp::kReduceScatter).first, reductions * padded_bytes) << what;
+        EXPECT_DOUBLE_EQ(delta(zero::CollectiveOp::kReduceScatter).second, reductions * share * padded_bytes) << what;
+        EXPECT_EQ(delta(zero::CollectiveOp::kAllGather).first, padded_bytes) << what;
+        EXPECT_DOUBLE_EQ(delta(zero::CollectiveOp::kAllGather).second, share * padded_bytes) << what;
+        EXPECT_EQ(delta(zero::CollectiveOp::kAllReduce).first, 8) << what;
+      }
+    }
+  }
+}
+
+TEST(EngineErrors, UnsupportedConfigsAreClearErrors) {
+  torch::manual_seed(42);
+  auto model = std::make_shared<Mlp>();
+  zero::Config stage3 = zero::Config::parse(R"({"train_batch_size": 48, "zero_optimization": {"stage": 3},
+                                                "optimizer": {"type": "AdamW"}})");
+  stage3.resolve({.world_size = test_world().size()});
+  EXPECT_THROW(zero::Engine(*model, stage3, test_world()), zero::Error);
+  zero::Config no_optimizer = zero::Config::parse(R"({"train_batch_size": 48})");
+  no_optimizer.resolve({.world_size = test_world().size()});
+  try {
+    zero::Engine engine(*model, no_optimizer, test_world());
+    FAIL();
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no \"optimizer\" block"), std::string::npos) << e.what();
+  }
+}
