@@ -8,78 +8,13 @@
 #include <map>
 
 #include "dist_test_world.h"
+#include "engine_test_util.h"
 #include "layout/bucket_layout.h"
 #include "zero/error.h"
 
 namespace {
 
-constexpr int kSteps = 20;
-constexpr int64_t kGlobalBatch = 48;  // divisible by every ranks × accumulation used below
-
-struct Mlp : torch::nn::Module {
-  Mlp() {
-    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
-    fc2 = register_module("fc2", torch::nn::Linear(32, 8));
-  }
-  at::Tensor forward(const at::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-};
-
-std::string config_json(int stage, int accumulation, bool overlap) {
-  return R"({"train_batch_size": 48, "gradient_accumulation_steps": )" + std::to_string(accumulation) +
-         R"(, "gradient_clipping": 0.5,
-      "zero_optimization": {"stage": )" +
-         std::to_string(stage) + R"(, "reduce_bucket_size": 100,
-                            "overlap_comm": )" +
-         (overlap ? "true" : "false") + R"(},
-      "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01, "warmup_num_steps": 5}}})";
-}
-
-// Targets from a fixed function, so that the loss has something to learn.
-at::Tensor teacher(const at::Tensor& x) {
-  static const at::Tensor w = [] {
-    torch::manual_seed(7);
-    return torch::randn({16, 8}) * 0.5;
-  }();
-  return torch::tanh(x.matmul(w));
-}
-
-struct Trajectory {
-  std::vector<double> losses;  // global mean loss per step
-  std::vector<at::Tensor> weights;
-};
-
-// Trains the MLP for kSteps on `world`; rank r takes its contiguous rows of each micro-batch.
-Trajectory train(const std::string& json, zero::World& world) {
-  torch::manual_seed(42);
-  auto model = std::make_shared<Mlp>();
-  zero::Config config = zero::Config::parse(json);
-  config.resolve({.world_size = world.size()});
-  zero::Engine engine(*model, config, world);
-  const int64_t micro = config.train_micro_batch_size_per_gpu, ranks = world.size();
-  Trajectory t;
-  for (int step = 0; step < kSteps; ++step) {
-    torch::manual_seed(1000 + step);
-    at::Tensor x = torch::randn({kGlobalBatch, 16}), y = teacher(x);
-    double loss_sum = 0;
-    for (int64_t m = 0; m < config.gradient_accumulation_steps; ++m) {
-      const int64_t first = (m * ranks + world.rank()) * micro;
-      at::Tensor xs = x.narrow(0, first, micro), ys = y.narrow(0, first, micro);
-      at::Tensor loss = engine.forward([&] { return torch::mse_loss(model->forward(xs), ys); });
-      engine.backward(loss);
-      engine.step();
-      loss_sum += loss.item<double>();
-    }
-    at::Tensor mean =
-        torch::full({1}, loss_sum / static_cast<double>(config.gradient_accumulation_steps), torch::kDouble);
-    world.communicator().all_reduce(mean, zero::ReduceOp::kAvg, {.async = false});
-    t.losses.push_back(mean.item<double>());
-  }
-  EXPECT_EQ(engine.global_steps(), kSteps);
-  for (const auto& p : model->parameters()) t.weights.push_back(p.detach().clone());
-  return t;
-}
+using namespace engine_test;
 
 const Trajectory& reference() {
   static Trajectory ref = [] {
@@ -125,7 +60,7 @@ TEST(EngineEquivalence, TheReferenceActuallyTrains) {
   EXPECT_LT(ref.losses.back(), 0.8 * ref.losses.front());
   torch::manual_seed(42);
   Mlp initial;
-  auto start = initial.parameters();
+  auto start = initial.parameters();  // the same seed gives the same initial weights
   ASSERT_EQ(start.size(), ref.weights.size());
   for (size_t i = 0; i < start.size(); ++i) {
     EXPECT_GT((ref.weights[i] - start[i]).abs().max().item<double>(), 1e-3) << "weight " << i << " never moved";

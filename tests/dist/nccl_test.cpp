@@ -1,10 +1,11 @@
 // The NCCL backend on CUDA tensors (built with ZERO_WITH_CUDA; one GPU per rank).
+#include "zero/nccl.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "dist_test_world.h"
 #include "zero/error.h"
-#include "zero/nccl.h"
 
 using zero::ReduceOp;
 
@@ -37,7 +38,8 @@ TEST(Nccl, CollectivesMatchTheReference) {
   const int rank = c.rank(), size = c.size();
   EXPECT_EQ(c.backend(), "nccl");
   for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kInt, at::kLong}) {
-    for (const zero::CollectiveOptions mode : {zero::CollectiveOptions{.async = true}, zero::CollectiveOptions{.async = false}}) {
+    for (const zero::CollectiveOptions mode :
+         {zero::CollectiveOptions{.async = true}, zero::CollectiveOptions{.async = false}}) {
       at::Tensor t = contribution(rank, 1031, dtype).to(device());
       c.all_reduce(t, ReduceOp::kSum, mode)->wait();
       EXPECT_TRUE(t.cpu().equal(summed(size, 1031, dtype))) << c10::toString(dtype);
