@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "zero/comm_stats.h"
 #include "zero/config.h"
@@ -81,6 +83,9 @@ class Engine {
   // Collective calls, bytes and time of this engine's communicator since construction.
   const CommStats& comm_stats() const;
   const Config& config() const;
+  // Settings of the config this engine accepts but does not act on yet, by key (also printed to
+  // stderr by rank 0 at construction).
+  const std::vector<std::string>& warnings() const;
 
  private:
   struct State;

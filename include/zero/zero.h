@@ -4,5 +4,8 @@
 #include "zero/comm_stats.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
+#include "zero/engine.h"
 #include "zero/error.h"
+#include "zero/loss_scaler.h"
+#include "zero/lr_schedule.h"
 #include "zero/world.h"

@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 #include "engine/flat_params.h"
@@ -42,9 +43,41 @@ void check_config(const Config& config, const World& world) {
     throw Error("zero_optimization.offload_optimizer / offload_param are not supported by this engine yet",
                 "zero_optimization.offload_optimizer");
   }
+  if (config.communication_data_type != CommDType::kModel) {
+    throw Error(
+        "communication_data_type is not supported by this engine yet (gradients are reduced in the model's dtype)",
+        "communication_data_type");
+  }
   if (config.optimizer.type == OptimizerType::kNone) {
     throw Error("the config has no \"optimizer\" block: the engine builds its optimizer from it", "optimizer");
   }
+}
+
+// Settings the config accepts that this engine does not act on yet: said once, by name.
+std::vector<std::string> unhonoured_settings(const Config& c) {
+  std::vector<std::string> out;
+  auto note = [&](bool set, const char* key, const char* what) {
+    if (set) out.push_back(std::string(key) + ": " + what);
+  };
+  const ZeroConfig& z = c.zero;
+  note(z.allgather_bucket_size != 500'000'000, "zero_optimization.allgather_bucket_size",
+       "ignored: each gradient bucket's parameters are all-gathered whole");
+  note(!z.contiguous_gradients, "zero_optimization.contiguous_gradients", "ignored: gradients are always contiguous");
+  note(!z.reduce_scatter, "zero_optimization.reduce_scatter", "ignored: stages 1 and 2 always reduce-scatter");
+  note(!z.allgather_partitions, "zero_optimization.allgather_partitions",
+       "ignored: partitions are always all-gathered");
+  note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
+  note(c.grad_accum_dtype != CommDType::kFp32, "data_types.grad_accum_dtype",
+       "not implemented yet: stage 2 accumulates in fp32, stages 0/1 in the model dtype");
+  note(c.fp16.auto_cast, "fp16.auto_cast", "not implemented yet: give the model fp16 inputs");
+  note(c.wall_clock_breakdown, "wall_clock_breakdown", "not implemented yet");
+  note(c.memory_breakdown, "memory_breakdown", "not implemented yet (Engine::memory_report gives the figures)");
+  note(c.tensorboard.enabled || c.csv_monitor.enabled, "tensorboard/csv_monitor", "not implemented yet");
+  note(c.comms_logger.enabled, "comms_logger", "not implemented yet (Engine::comm_stats gives the counts)");
+  note(c.flops_profiler.enabled, "flops_profiler", "not implemented yet");
+  note(c.activation_checkpointing.partition_activations || c.activation_checkpointing.cpu_checkpointing,
+       "activation_checkpointing", "not implemented yet");
+  return out;
 }
 
 }  // namespace
@@ -64,6 +97,7 @@ struct Engine::State {
   int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0, applied_steps = 0;
   bool step_applied = false;
   double grad_norm = 0;
+  std::vector<std::string> warnings;
 
   State(torch::nn::Module& model, const Config& c, World& w)
       : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
@@ -73,6 +107,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world) {
   check_config(config, world);
   state_ = std::make_unique<State>(model, config, world);
   State& s = *state_;
+  s.warnings = unhonoured_settings(config);
+  if (world.rank() == 0) {
+    for (const auto& w : s.warnings) std::fprintf(stderr, "zerocpp: warning: %s\n", w.c_str());
+  }
   // DeepSpeed casts the module to the training precision before anything else: dtypes must be
   // final before hooks are attached (changing one drops the gradient accumulator).
   if (config.bf16) model.to(at::kBFloat16);
@@ -177,6 +215,7 @@ double Engine::get_global_grad_norm() const { return state_->grad_norm; }
 double Engine::loss_scale() const { return state_->config.fp16.enabled ? state_->scaler.scale() : 1.0; }
 const CommStats& Engine::comm_stats() const { return *state_->stats; }
 const Config& Engine::config() const { return state_->config; }
+const std::vector<std::string>& Engine::warnings() const { return state_->warnings; }
 
 MemoryReport Engine::memory_report() const {
   const State& s = *state_;

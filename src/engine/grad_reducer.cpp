@@ -50,12 +50,16 @@ GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool o
   }
   for (size_t i = 0; i < flat_.params().size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(flat_.params()[i]);
-    accumulator->add_post_hook(std::make_unique<GradientReadyHook>(this, static_cast<int>(i)));
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<GradientReadyHook>(this, static_cast<int>(i))));
     accumulators_.push_back(std::move(accumulator));
   }
 }
 
-GradReducer::~GradReducer() { drain(true); }
+GradReducer::~GradReducer() {
+  drain(true);
+  // The model may outlive the engine: its gradient accumulators must not call a dead reducer.
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
 
 void GradReducer::attach_gradient_views() {
   // Note: .grad as a view into the bucket buffer makes autograd accumulate there in place:

@@ -18,6 +18,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <vector>
@@ -81,6 +82,7 @@ class GradReducer {
   int next_launch_ = 0;
   std::deque<Pending> pending_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooked nodes alive
+  std::vector<uintptr_t> hook_keys_;
 };
 
 }  // namespace zero::engine

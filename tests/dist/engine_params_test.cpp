@@ -35,7 +35,8 @@ std::vector<at::Tensor> train(int stage, zero::World& world, std::vector<at::Ten
   auto model = std::make_shared<Quirky>();
   if (frozen_before) *frozen_before = {model->frozen->weight.clone(), model->frozen->bias.clone()};
   zero::Config config = zero::Config::parse(R"({"train_batch_size": 24, "gradient_clipping": 1.0,
-      "zero_optimization": {"stage": )" + std::to_string(stage) + R"(, "reduce_bucket_size": 64},
+      "zero_optimization": {"stage": )" + std::to_string(stage) +
+                                            R"(, "reduce_bucket_size": 64},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}})");
   config.resolve({.world_size = world.size()});
   zero::Engine engine(*model, config, world);

@@ -151,6 +151,41 @@ TEST(EngineCommunication, BytesPerStepMatchTheory) {
   }
 }
 
+TEST(EngineErrors, UnhonouredSettingsAreNamed) {
+  torch::manual_seed(42);
+  auto model = std::make_shared<Mlp>();
+  zero::Config config = zero::Config::parse(R"({"train_batch_size": 48, "wall_clock_breakdown": true,
+      "zero_optimization": {"stage": 1, "allgather_bucket_size": 1000}, "optimizer": {"type": "AdamW"}})");
+  config.resolve({.world_size = test_world().size()});
+  zero::Engine engine(*model, config, test_world());
+  ASSERT_EQ(engine.warnings().size(), 2u);
+  EXPECT_EQ(engine.warnings()[0].rfind("zero_optimization.allgather_bucket_size: ", 0), 0u);
+  EXPECT_EQ(engine.warnings()[1].rfind("wall_clock_breakdown: ", 0), 0u);
+  zero::Config plain = zero::Config::parse(config_json(2, 1, true));
+  plain.resolve({.world_size = test_world().size()});
+  EXPECT_TRUE(zero::Engine(*model, plain, test_world()).warnings().empty());
+  zero::Config comm = zero::Config::parse(R"({"train_batch_size": 48, "communication_data_type": "bf16",
+                                              "optimizer": {"type": "AdamW"}})");
+  comm.resolve({.world_size = test_world().size()});
+  EXPECT_THROW(zero::Engine(*model, comm, test_world()), zero::Error);
+}
+
+TEST(EngineLifetime, TheModelOutlivesTheEngine) {
+  torch::manual_seed(42);
+  auto model = std::make_shared<Mlp>();
+  for (int stage : {0, 2}) {
+    {
+      zero::Config config = zero::Config::parse(config_json(stage, 1, false));
+      config.resolve({.world_size = test_world().size()});
+      zero::Engine engine(*model, config, test_world());
+    }
+    // No hook of the destroyed engine may fire now; plain LibTorch training still works.
+    for (auto& p : model->parameters()) p.mutable_grad().reset();
+    torch::mse_loss(model->forward(torch::randn({2, 16})), torch::randn({2, 8})).backward();
+    EXPECT_TRUE(model->fc1->weight.grad().defined()) << "stage " << stage;
+  }
+}
+
 TEST(EngineErrors, UnsupportedConfigsAreClearErrors) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>();
