@@ -92,6 +92,13 @@ void GradReducer::begin_backward(bool reduce) {
 at::Tensor GradReducer::acquire_bucket(int b) {
   // Returns bucket b's working view; the pool buffer behind it is kept in staged_pool_buffer_.
   const int64_t padded = flat_.layout().buckets()[static_cast<size_t>(b)].padded;
+  // At most two buffers while reductions can give one back: finish the oldest instead of growing.
+  // (More only when every buffer belongs to a bucket still waiting for gradients.)
+  while (pool_.empty() && pool_buffers_ >= 2 && !pending_.empty()) {
+    pending_.front().work->wait();
+    if (pending_.front().finish) pending_.front().finish();
+    pending_.pop_front();
+  }
   at::Tensor buffer;
   for (auto it = pool_.begin(); it != pool_.end(); ++it) {
     if (it->numel() >= padded) {
@@ -105,6 +112,7 @@ at::Tensor GradReducer::acquire_bucket(int b) {
     for (const auto& bucket : flat_.layout().buckets()) largest = std::max(largest, bucket.padded);
     buffer = at::empty({largest}, at::TensorOptions().dtype(flat_.dtype()));
     pool_bytes_ += static_cast<int64_t>(buffer.nbytes());
+    ++pool_buffers_;
   }
   staged_pool_buffer_[static_cast<size_t>(b)] = buffer;
   // Zeroed: padding, and parameters that get no gradient this micro-step, must add nothing.

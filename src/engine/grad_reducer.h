@@ -78,6 +78,7 @@ class GradReducer {
   std::vector<at::Tensor> staged_pool_buffer_;  // stage 2: the pool buffer behind each staged_ view
   std::vector<at::Tensor> pool_;                // stage 2: free bucket buffers
   int64_t pool_bytes_ = 0;
+  int pool_buffers_ = 0;
   std::vector<int> ready_;  // gradients received this micro-step, per bucket
   int next_launch_ = 0;
   std::deque<Pending> pending_;
