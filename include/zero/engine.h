@@ -70,6 +70,28 @@ class Engine {
   // parameter all-gather. Before it: counts the micro-step and returns.
   void step();
 
+  // Discards the gradients accumulated since the last step.
+  void zero_grad();
+  // The module's train / eval mode.
+  void train();
+  void eval();
+
+  // While a NoSync is alive, backward accumulates gradients locally without reducing them, as
+  // DeepSpeed's no_sync (stages 0 and 1 only: an error at stage 2, whose gradients exist only as
+  // reduced shards). The micro-step before step() must run outside it.
+  class NoSync {
+   public:
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    friend class Engine;
+    explicit NoSync(Engine& engine);
+    Engine& engine_;
+  };
+  [[nodiscard]] NoSync no_sync();
+
   int64_t global_steps() const;    // applied or skipped optimizer steps
   int64_t global_samples() const;  // global_steps × train_batch_size
   int64_t skipped_steps() const;   // fp16 overflows

@@ -98,6 +98,9 @@ struct Engine::State {
   bool step_applied = false;
   double grad_norm = 0;
   std::vector<std::string> warnings;
+  torch::nn::Module* model = nullptr;
+  bool no_sync = false;             // inside a NoSync
+  bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
 
   State(torch::nn::Module& model, const Config& c, World& w)
       : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
@@ -107,6 +110,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world) {
   check_config(config, world);
   state_ = std::make_unique<State>(model, config, world);
   State& s = *state_;
+  s.model = &model;
   s.warnings = unhonoured_settings(config);
   if (world.rank() == 0) {
     for (const auto& w : s.warnings) std::fprintf(stderr, "zerocpp: warning: %s\n", w.c_str());
@@ -146,7 +150,8 @@ bool Engine::is_gradient_accumulation_boundary() const {
 void Engine::backward(const at::Tensor& loss) {
   State& s = *state_;
   const bool boundary = is_gradient_accumulation_boundary();
-  s.reducer->begin_backward(s.config.zero.stage == 2 || boundary);
+  s.boundary_unreduced = boundary && s.no_sync;
+  s.reducer->begin_backward(!s.no_sync && (s.config.zero.stage == 2 || boundary));
   // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
   (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward();
   s.reducer->end_backward();
@@ -157,6 +162,12 @@ void Engine::step() {
   const bool boundary = is_gradient_accumulation_boundary();
   ++s.micro_steps;
   if (!boundary) return;
+  if (s.boundary_unreduced) {
+    throw Error(
+        "step() on an accumulation boundary whose backward ran under no_sync: its gradients were never "
+        "reduced; run the boundary micro-step's backward outside no_sync",
+        "no_sync", s.world.rank());
+  }
   ++s.global_steps;
   at::Tensor grads = s.reducer->owned_gradients();
   if (s.config.fp16.enabled) {
@@ -204,6 +215,20 @@ void Engine::step() {
   ++s.applied_steps;
   s.step_applied = true;
 }
+
+void Engine::zero_grad() { state_->reducer->zero(); }
+void Engine::train() { state_->model->train(true); }
+void Engine::eval() { state_->model->eval(); }
+
+Engine::NoSync::NoSync(Engine& engine) : engine_(engine) {
+  if (engine_.state_->config.zero.stage >= 2) {
+    throw Error("no_sync is incompatible with zero_optimization.stage 2 (gradients are reduced as they are produced)",
+                "no_sync", engine_.state_->world.rank());
+  }
+  engine_.state_->no_sync = true;
+}
+Engine::NoSync::~NoSync() { engine_.state_->no_sync = false; }
+Engine::NoSync Engine::no_sync() { return NoSync(*this); }
 
 int64_t Engine::global_steps() const { return state_->global_steps; }
 int64_t Engine::global_samples() const { return state_->global_steps * state_->config.train_batch_size; }

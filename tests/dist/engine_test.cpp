@@ -173,6 +173,72 @@ TEST(EngineErrors, UnhonouredSettingsAreNamed) {
   EXPECT_THROW(zero::Engine(*model, comm, test_world()), zero::Error);
 }
 
+TEST(EngineApi, NoSyncAccumulatesLocallyAndStepNeedsAReducedBoundary) {
+  zero::World& world = test_world();
+  for (int stage : {0, 1}) {
+    // Two micro-steps under no_sync then one outside equals three ordinary micro-steps.
+    Trajectory runs[2];
+    for (int variant = 0; variant < 2; ++variant) {
+      torch::manual_seed(42);
+      auto model = std::make_shared<Mlp>();
+      std::string json = config_json(stage, 3, false);  // a batch of 3 micro-steps × 4 rows per rank
+      json.replace(json.find("48"), 2, std::to_string(12 * world.size()));
+      zero::Config config = zero::Config::parse(json);
+      config.resolve({.world_size = world.size()});
+      zero::Engine engine(*model, config, world);
+      for (int m = 0; m < 3; ++m) {
+        torch::manual_seed(70 + m);
+        at::Tensor x = torch::randn({4, 16});
+        at::Tensor loss = model->loss(x, teacher(x));
+        if (variant == 1 && m < 2) {
+          auto guard = engine.no_sync();
+          engine.backward(loss);
+        } else {
+          engine.backward(loss);
+        }
+        engine.step();
+      }
+      EXPECT_TRUE(engine.was_step_applied());
+      for (const auto& p : model->parameters()) runs[variant].weights.push_back(p.detach().clone());
+    }
+    for (size_t i = 0; i < runs[0].weights.size(); ++i)
+      EXPECT_TRUE(runs[0].weights[i].equal(runs[1].weights[i])) << stage;
+  }
+  // A boundary backward under no_sync cannot be stepped.
+  torch::manual_seed(42);
+  auto model = std::make_shared<Mlp>();
+  zero::Config config = zero::Config::parse(config_json(1, 1, false));
+  config.resolve({.world_size = world.size()});
+  zero::Engine engine(*model, config, world);
+  {
+    auto guard = engine.no_sync();
+    engine.backward(model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
+  }
+  EXPECT_THROW(engine.step(), zero::Error);
+  // Stage 2 refuses no_sync.
+  zero::Config two = zero::Config::parse(config_json(2, 1, false));
+  two.resolve({.world_size = world.size()});
+  zero::Engine stage2(*model, two, world);
+  EXPECT_THROW(stage2.no_sync(), zero::Error);
+}
+
+TEST(EngineApi, ZeroGradTrainEval) {
+  torch::manual_seed(42);
+  auto model = std::make_shared<Mlp>();
+  zero::Config config = zero::Config::parse(config_json(1, 2, false));
+  config.resolve({.world_size = test_world().size()});
+  zero::Engine engine(*model, config, test_world());
+  engine.eval();
+  EXPECT_FALSE(model->is_training());
+  engine.train();
+  EXPECT_TRUE(model->is_training());
+  engine.backward(model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
+  engine.step();  // not a boundary
+  EXPECT_TRUE(model->fc1->weight.grad().abs().sum().item<double>() > 0);
+  engine.zero_grad();
+  EXPECT_EQ(model->fc1->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
 TEST(EngineLifetime, TheModelOutlivesTheEngine) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>();
