@@ -22,6 +22,8 @@
 // broadcast from rank 0.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,9 +34,6 @@
 #include "zero/config.h"
 #include "zero/world.h"
 
-namespace at {
-class Tensor;
-}
 namespace torch::nn {
 class Module;
 }
@@ -52,11 +51,18 @@ struct MemoryReport {
   int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets; }
 };
 
+// Parameters with their own weight decay (DeepSpeed's optimizer parameter groups), e.g. biases and
+// norms with none. Parameters in no group use optimizer.params.weight_decay.
+struct ParamGroup {
+  std::vector<at::Tensor> params;
+  double weight_decay = 0;
+};
+
 class Engine {
  public:
   // `config` must be resolved (Config::from_file or resolve()) for world.size() ranks, and must
   // have an "optimizer" block. The module must outlive the engine.
-  Engine(torch::nn::Module& model, const Config& config, World& world);
+  Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

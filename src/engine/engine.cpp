@@ -4,8 +4,10 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/flat_params.h"
@@ -80,6 +82,47 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   return out;
 }
 
+// The weight decay of every owned element, as runs over the owned buffer (parameter groups).
+std::vector<optim::DecayRun> decay_runs(const engine::FlatParams& flat, int owner,
+                                        const std::vector<ParamGroup>& groups, double default_decay, int rank) {
+  std::unordered_map<const void*, double> decay_of;
+  for (const ParamGroup& g : groups) {
+    for (const auto& p : g.params) {
+      if (!decay_of.emplace(p.unsafeGetTensorImpl(), g.weight_decay).second) {
+        throw Error("a parameter is in two parameter groups", "param_groups", rank);
+      }
+    }
+  }
+  const layout::BucketLayout& layout = flat.layout();
+  std::vector<optim::DecayRun> runs;
+  for (size_t i = 0; i < flat.params().size(); ++i) {
+    auto fragment = layout.fragment(static_cast<int>(i), owner);
+    if (!fragment) continue;
+    auto found = decay_of.find(flat.params()[i].unsafeGetTensorImpl());
+    runs.push_back({fragment->owned_offset, fragment->param_end - fragment->param_begin,
+                    found == decay_of.end() ? default_decay : found->second});
+  }
+  if (decay_of.size() > 0) {
+    size_t matched = 0;
+    for (const auto& p : flat.params()) matched += decay_of.count(p.unsafeGetTensorImpl());
+    if (matched != decay_of.size()) {
+      throw Error("a parameter group lists a tensor that is not a trainable parameter of the model", "param_groups",
+                  rank);
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::vector<optim::DecayRun> merged;  // adjacent runs with the same decay become one
+  for (const auto& r : runs) {
+    if (!merged.empty() && merged.back().offset + merged.back().length == r.offset &&
+        merged.back().weight_decay == r.weight_decay) {
+      merged.back().length += r.length;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
 }  // namespace
 
 struct Engine::State {
@@ -106,7 +149,7 @@ struct Engine::State {
       : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
 };
 
-Engine::Engine(torch::nn::Module& model, const Config& config, World& world) {
+Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups) {
   check_config(config, world);
   state_ = std::make_unique<State>(model, config, world);
   State& s = *state_;
@@ -136,7 +179,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world) {
     shards.push_back(s.flat->shard(s.flat->buffer(static_cast<int>(b)), static_cast<int>(b), s.owner_rank));
   }
   s.master = at::cat(shards).to(at::kFloat);
-  s.optimizer = optim::make_flat_optimizer(config.optimizer, s.master.numel());
+  // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
+  s.optimizer = optim::make_flat_optimizer(
+      config.optimizer, s.master.numel(),
+      decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()));
 }
 
 Engine::~Engine() = default;

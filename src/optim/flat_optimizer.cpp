@@ -15,15 +15,14 @@ at::Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat); }
 // gradient (Adam mode).
 class Adam : public FlatOptimizer {
  public:
-  Adam(const OptimizerConfig& c, int64_t n) : c_(c), m_(zeros(n)), v_(zeros(n)) {}
+  Adam(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
+      : FlatOptimizer(std::move(runs)), c_(c), m_(zeros(n)), v_(zeros(n)) {}
   void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
     at::Tensor g = grads;
-    if (c_.weight_decay != 0) {
-      if (c_.adam_w_mode) {
-        params.mul_(1 - p.lr * c_.weight_decay);
-      } else {
-        g = grads.add(params, c_.weight_decay);
-      }
+    if (c_.adam_w_mode) {
+      decay(params, p.lr);
+    } else {
+      g = with_l2(grads, params);
     }
     m_.mul_(p.beta1).add_(g, 1 - p.beta1);
     v_.mul_(p.beta2).addcmul_(g, g, 1 - p.beta2);
@@ -44,9 +43,10 @@ class Adam : public FlatOptimizer {
 
 class Adagrad : public FlatOptimizer {
  public:
-  Adagrad(const OptimizerConfig& c, int64_t n) : c_(c), sum_(zeros(n)) {}
+  Adagrad(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
+      : FlatOptimizer(std::move(runs)), c_(c), sum_(zeros(n)) {}
   void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    at::Tensor g = c_.weight_decay != 0 ? grads.add(params, c_.weight_decay) : grads;
+    at::Tensor g = with_l2(grads, params);
     sum_.addcmul_(g, g, 1.0);
     params.addcdiv_(g, sum_.sqrt().add_(c_.eps), -p.lr);
   }
@@ -60,10 +60,11 @@ class Adagrad : public FlatOptimizer {
 // Lion: the sign of an interpolation of momentum and gradient; decoupled weight decay.
 class Lion : public FlatOptimizer {
  public:
-  Lion(const OptimizerConfig& c, int64_t n) : c_(c), m_(zeros(n)) {}
+  Lion(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
+      : FlatOptimizer(std::move(runs)), c_(c), m_(zeros(n)) {}
   void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
     at::Tensor update = (m_ * p.beta1).add_(grads, 1 - p.beta1).sign_();
-    if (c_.weight_decay != 0) params.mul_(1 - p.lr * c_.weight_decay);
+    decay(params, p.lr);
     params.add_(update, -p.lr);
     m_.mul_(p.beta2).add_(grads, 1 - p.beta2);
   }
@@ -78,9 +79,10 @@ class Lion : public FlatOptimizer {
 // gradient as it is), Nesterov.
 class Sgd : public FlatOptimizer {
  public:
-  Sgd(const OptimizerConfig& c, int64_t n) : c_(c), buffer_(c.momentum != 0 ? zeros(n) : at::Tensor()) {}
+  Sgd(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
+      : FlatOptimizer(std::move(runs)), c_(c), buffer_(c.momentum != 0 ? zeros(n) : at::Tensor()) {}
   void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    at::Tensor g = c_.weight_decay != 0 ? grads.add(params, c_.weight_decay) : grads;
+    at::Tensor g = with_l2(grads, params);
     if (c_.momentum != 0) {
       if (p.step == 1) {
         buffer_.copy_(g);
@@ -103,24 +105,42 @@ class Sgd : public FlatOptimizer {
 
 }  // namespace
 
+void FlatOptimizer::decay(const at::Tensor& params, double lr) const {
+  for (const DecayRun& r : runs_) {
+    if (r.weight_decay != 0) params.narrow(0, r.offset, r.length).mul_(1 - lr * r.weight_decay);
+  }
+}
+
+at::Tensor FlatOptimizer::with_l2(const at::Tensor& grads, const at::Tensor& params) const {
+  at::Tensor g;
+  for (const DecayRun& r : runs_) {
+    if (r.weight_decay == 0) continue;
+    if (!g.defined()) g = grads.clone();
+    g.narrow(0, r.offset, r.length).add_(params.narrow(0, r.offset, r.length), r.weight_decay);
+  }
+  return g.defined() ? g : grads;
+}
+
 int64_t FlatOptimizer::state_bytes() const {
   int64_t bytes = 0;
   for (const auto& [name, t] : state()) bytes += static_cast<int64_t>(t.nbytes());
   return bytes;
 }
 
-std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel) {
+std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
+                                                   std::vector<DecayRun> runs) {
+  if (runs.empty()) runs.push_back({0, numel, config.weight_decay});
   switch (config.type) {
     case OptimizerType::kAdam:
     case OptimizerType::kAdamW:
     case OptimizerType::kCpuAdam:
-      return std::make_unique<Adam>(config, numel);
+      return std::make_unique<Adam>(config, numel, std::move(runs));
     case OptimizerType::kAdagrad:
-      return std::make_unique<Adagrad>(config, numel);
+      return std::make_unique<Adagrad>(config, numel, std::move(runs));
     case OptimizerType::kLion:
-      return std::make_unique<Lion>(config, numel);
+      return std::make_unique<Lion>(config, numel, std::move(runs));
     case OptimizerType::kSgd:
-      return std::make_unique<Sgd>(config, numel);
+      return std::make_unique<Sgd>(config, numel, std::move(runs));
     case OptimizerType::kLamb:
       throw Error(
           "optimizer.type \"Lamb\" is not supported by zerocpp yet (its per-parameter trust ratio needs norms "

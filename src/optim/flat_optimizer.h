@@ -23,18 +23,37 @@ struct StepParams {
   int64_t step = 1;  // 1-based count of applied steps, for bias correction
 };
 
+// A run of the flat buffer sharing one weight decay (parameter groups). Runs cover the buffer in
+// order; an empty list means the config's weight_decay everywhere.
+struct DecayRun {
+  int64_t offset = 0, length = 0;
+  double weight_decay = 0;
+};
+
 class FlatOptimizer {
  public:
+  explicit FlatOptimizer(std::vector<DecayRun> runs) : runs_(std::move(runs)) {}
   virtual ~FlatOptimizer() = default;
   // params and grads: contiguous fp32 of the same size (the size given at construction).
   virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) = 0;
   // Named state tensors (checkpoints, memory reports).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
   int64_t state_bytes() const;
+
+ protected:
+  // params *= (1 - lr * wd), run by run (decoupled decay: AdamW, Lion).
+  void decay(const at::Tensor& params, double lr) const;
+  // grads + wd * params, run by run (L2 decay: Adam, Adagrad, SGD); `grads` itself when all wd are 0.
+  at::Tensor with_l2(const at::Tensor& grads, const at::Tensor& params) const;
+
+ private:
+  std::vector<DecayRun> runs_;
 };
 
 // Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD. Lamb needs per-parameter norms across
 // ranks and is not built yet: it throws zero::Error naming it.
-std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel);
+// `runs`: per-run weight decay (parameter groups); empty: config.weight_decay for all.
+std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
+                                                   std::vector<DecayRun> runs = {});
 
 }  // namespace zero::optim

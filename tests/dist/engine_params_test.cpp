@@ -5,6 +5,7 @@
 
 #include "dist_test_world.h"
 #include "zero/engine.h"
+#include "zero/error.h"
 
 namespace {
 
@@ -30,7 +31,13 @@ struct Quirky : torch::nn::Module {
   at::Tensor tied;
 };
 
-std::vector<at::Tensor> train(int stage, zero::World& world, std::vector<at::Tensor>* frozen_before = nullptr) {
+// Biases and the never-used layer's weight decay-free; the rest at the config's 0.01.
+std::vector<zero::ParamGroup> no_decay_groups(Quirky& model) {
+  return {{{model.head->bias, model.unused->bias, model.unused->weight}, 0.0}};
+}
+
+std::vector<at::Tensor> train(int stage, zero::World& world, std::vector<at::Tensor>* frozen_before = nullptr,
+                              bool groups = false) {
   torch::manual_seed(3);
   auto model = std::make_shared<Quirky>();
   if (frozen_before) *frozen_before = {model->frozen->weight.clone(), model->frozen->bias.clone()};
@@ -39,7 +46,7 @@ std::vector<at::Tensor> train(int stage, zero::World& world, std::vector<at::Ten
                                             R"(, "reduce_bucket_size": 64},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}})");
   config.resolve({.world_size = world.size()});
-  zero::Engine engine(*model, config, world);
+  zero::Engine engine(*model, config, world, groups ? no_decay_groups(*model) : std::vector<zero::ParamGroup>{});
   const int64_t micro = config.train_micro_batch_size_per_gpu;
   for (int step = 0; step < 10; ++step) {
     torch::manual_seed(50 + step);
@@ -87,4 +94,34 @@ TEST(EngineParams, TiedFrozenAndUnusedParametersTrainLikeOneProcess) {
     return size_t{0};
   };
   EXPECT_TRUE(ref[index_of("tied")].equal(ref[index_of("alias.tied_again")]));
+}
+
+TEST(EngineParams, ParameterGroupsSetWeightDecayPerParameter) {
+  zero::World single = zero::World::single_process();
+  const std::vector<at::Tensor> ref = train(0, single, nullptr, /*groups=*/true);
+  for (int stage : {1, 2}) {
+    std::vector<at::Tensor> got = train(stage, test_world(), nullptr, /*groups=*/true);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double scale = ref[i].abs().max().item<double>();
+      EXPECT_LE((got[i] - ref[i]).abs().max().item<double>(), 1e-5 * scale) << "stage " << stage << " parameter " << i;
+    }
+  }
+  // unused.weight gets no gradient and no decay: it must not move. Without groups it decays.
+  torch::manual_seed(3);
+  Quirky fresh;
+  const std::vector<at::Tensor> plain = train(0, single);
+  auto names = fresh.named_parameters();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].key() == "unused.weight") {
+      EXPECT_TRUE(ref[i].equal(names[i].value())) << "no gradient and no decay: unchanged";
+      EXPECT_FALSE(plain[i].equal(names[i].value())) << "the default group decays it";
+    }
+  }
+  // A tensor in two groups is an error.
+  torch::manual_seed(3);
+  auto model = std::make_shared<Quirky>();
+  zero::Config config = zero::Config::parse(R"({"train_batch_size": 24, "optimizer": {"type": "AdamW"}})");
+  config.resolve({.world_size = test_world().size()});
+  const std::vector<zero::ParamGroup> twice = {{{model->head->bias}, 0.0}, {{model->head->bias}, 0.1}};
+  EXPECT_THROW(zero::Engine(*model, config, test_world(), twice), zero::Error);
 }
