@@ -180,9 +180,22 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.master = at::cat(shards).to(at::kFloat);
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
+  // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
+  optim::ParamFragments fragments;
+  fragments.num_params = static_cast<int>(s.flat->params().size());
+  for (int i = 0; i < fragments.num_params; ++i) {
+    if (auto f = s.flat->layout().fragment(i, s.owner_rank)) {
+      fragments.fragments.push_back({f->owned_offset, f->param_end - f->param_begin, i});
+    }
+  }
+  if (partitions > 1) {
+    fragments.sum_over_ranks = [&comm = s.comm](const at::Tensor& sums) {
+      comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
+    };
+  }
   s.optimizer = optim::make_flat_optimizer(
       config.optimizer, s.master.numel(),
-      decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()));
+      decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()), std::move(fragments));
 }
 
 Engine::~Engine() = default;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "zero/error.h"
@@ -103,6 +104,47 @@ class Sgd : public FlatOptimizer {
   at::Tensor buffer_;
 };
 
+// Lamb as DeepSpeed's FusedLamb: an Adam direction plus L2 decay, scaled per parameter by the
+// trust ratio ||w|| / ||update|| clipped to [min_coeff, max_coeff] (1 when either norm is 0).
+class Lamb : public FlatOptimizer {
+ public:
+  Lamb(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, ParamFragments fragments)
+      : FlatOptimizer(std::move(runs)), c_(c), m_(zeros(n)), v_(zeros(n)), fragments_(std::move(fragments)) {
+    if (fragments_.fragments.empty() && fragments_.num_params == 0) {
+      fragments_.num_params = 1;
+      fragments_.fragments.push_back({0, n, 0});
+    }
+  }
+  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
+    m_.mul_(p.beta1).add_(grads, 1 - p.beta1);
+    v_.mul_(p.beta2).addcmul_(grads, grads, 1 - p.beta2);
+    const double t = static_cast<double>(p.step);
+    const double bc1 = c_.bias_correction ? 1 - std::pow(p.beta1, t) : 1.0;
+    const double bc2 = c_.bias_correction ? 1 - std::pow(p.beta2, t) : 1.0;
+    at::Tensor update = with_l2((m_ / bc1) / (v_ / bc2).sqrt_().add_(c_.eps), params);
+    at::Tensor sums = at::zeros({fragments_.num_params, 2}, at::kDouble);
+    auto s = sums.accessor<double, 2>();
+    for (const auto& f : fragments_.fragments) {
+      s[f.param][0] += params.narrow(0, f.offset, f.length).pow(2).sum(at::kDouble).item<double>();
+      s[f.param][1] += update.narrow(0, f.offset, f.length).pow(2).sum(at::kDouble).item<double>();
+    }
+    if (fragments_.sum_over_ranks) fragments_.sum_over_ranks(sums);
+    for (const auto& f : fragments_.fragments) {
+      const double w = std::sqrt(s[f.param][0]), u = std::sqrt(s[f.param][1]);
+      const double trust = w != 0 && u != 0 ? std::clamp(w / u, c_.min_coeff, c_.max_coeff) : 1.0;
+      params.narrow(0, f.offset, f.length).add_(update.narrow(0, f.offset, f.length), -p.lr * trust);
+    }
+  }
+  std::vector<std::pair<std::string, at::Tensor>> state() const override {
+    return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+  }
+
+ private:
+  OptimizerConfig c_;
+  at::Tensor m_, v_;
+  ParamFragments fragments_;
+};
+
 }  // namespace
 
 void FlatOptimizer::decay(const at::Tensor& params, double lr) const {
@@ -128,7 +170,7 @@ int64_t FlatOptimizer::state_bytes() const {
 }
 
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
-                                                   std::vector<DecayRun> runs) {
+                                                   std::vector<DecayRun> runs, ParamFragments fragments) {
   if (runs.empty()) runs.push_back({0, numel, config.weight_decay});
   switch (config.type) {
     case OptimizerType::kAdam:
@@ -142,10 +184,7 @@ std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config
     case OptimizerType::kSgd:
       return std::make_unique<Sgd>(config, numel, std::move(runs));
     case OptimizerType::kLamb:
-      throw Error(
-          "optimizer.type \"Lamb\" is not supported by zerocpp yet (its per-parameter trust ratio needs norms "
-          "across ranks)",
-          "optimizer.type");
+      return std::make_unique<Lamb>(config, numel, std::move(runs), std::move(fragments));
     case OptimizerType::kNone:
       break;
   }

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,6 +31,18 @@ struct DecayRun {
   double weight_decay = 0;
 };
 
+// Where each parameter's elements sit in this rank's buffer, for optimizers that need whole-
+// parameter norms (Lamb): a parameter cut between ranks has fragments on several of them.
+struct ParamFragments {
+  struct Fragment {
+    int64_t offset = 0, length = 0;
+    int param = 0;
+  };
+  int num_params = 0;
+  std::vector<Fragment> fragments;                        // this rank's
+  std::function<void(const at::Tensor&)> sum_over_ranks;  // in place, float64 [num_params, 2]
+};
+
 class FlatOptimizer {
  public:
   explicit FlatOptimizer(std::vector<DecayRun> runs) : runs_(std::move(runs)) {}
@@ -50,10 +63,10 @@ class FlatOptimizer {
   std::vector<DecayRun> runs_;
 };
 
-// Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD. Lamb needs per-parameter norms across
-// ranks and is not built yet: it throws zero::Error naming it.
-// `runs`: per-run weight decay (parameter groups); empty: config.weight_decay for all.
+// Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD, Lamb. `runs`: per-run weight decay
+// (parameter groups); empty: config.weight_decay for all. Lamb needs `fragments`; without them it
+// treats the whole buffer as one parameter.
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
-                                                   std::vector<DecayRun> runs = {});
+                                                   std::vector<DecayRun> runs = {}, ParamFragments fragments = {});
 
 }  // namespace zero::optim

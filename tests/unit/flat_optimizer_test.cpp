@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "zero/error.h"
@@ -130,6 +131,45 @@ TEST(FlatOptimizer, StateBytesAreExact) {
   EXPECT_EQ(optim::make_flat_optimizer(c, 1000)->state_bytes(), 8000);  // m and v in fp32
   c.type = OptimizerType::kSgd;
   EXPECT_EQ(optim::make_flat_optimizer(c, 1000)->state_bytes(), 0);  // no momentum, no state
-  c.type = OptimizerType::kLamb;
+  c.type = OptimizerType::kNone;
   EXPECT_THROW(optim::make_flat_optimizer(c, 10), zero::Error);
+}
+
+TEST(FlatOptimizer, LambMatchesAScalarReferencePerParameter) {
+  // Two "parameters" in one buffer (elements [0, 100) and [100, 257)), each with its own trust ratio.
+  OptimizerConfig c;
+  c.type = OptimizerType::kLamb;
+  c.lr = 1e-2;
+  c.weight_decay = 0.01;
+  c.max_coeff = 10.0;
+  c.min_coeff = 0.01;
+  optim::ParamFragments fragments;
+  fragments.num_params = 2;
+  fragments.fragments = {{0, 100, 0}, {100, kN - 100, 1}};
+  auto flat = optim::make_flat_optimizer(c, kN, {}, fragments);
+  at::Tensor ours = start().detach();
+  std::vector<double> w(kN), m(kN, 0.0), v(kN, 0.0);
+  for (int64_t i = 0; i < kN; ++i) w[i] = ours[i].item<double>();
+  for (int s = 1; s <= kSteps; ++s) {
+    at::Tensor g = gradient(s);
+    flat->step(ours, g, {.lr = c.lr, .beta1 = c.beta1, .beta2 = c.beta2, .step = s});
+    std::vector<double> update(kN);
+    const double bc1 = 1 - std::pow(c.beta1, s), bc2 = 1 - std::pow(c.beta2, s);
+    for (int64_t i = 0; i < kN; ++i) {
+      const double gi = g[i].item<float>();
+      m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi;
+      v[i] = c.beta2 * v[i] + (1 - c.beta2) * gi * gi;
+      update[i] = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + c.eps) + c.weight_decay * w[i];
+    }
+    for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 100}, {100, kN}}) {
+      double wn = 0, un = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        wn += w[i] * w[i];
+        un += update[i] * update[i];
+      }
+      const double trust = std::clamp(std::sqrt(wn) / std::sqrt(un), c.min_coeff, c.max_coeff);
+      for (int64_t i = begin; i < end; ++i) w[i] -= c.lr * trust * update[i];
+    }
+  }
+  for (int64_t i = 0; i < kN; ++i) EXPECT_NEAR(ours[i].item<double>(), w[i], 1e-5) << i;
 }
