@@ -45,11 +45,6 @@ void check_config(const Config& config, const World& world) {
     throw Error("zero_optimization.offload_optimizer / offload_param are not supported by this engine yet",
                 "zero_optimization.offload_optimizer");
   }
-  if (config.communication_data_type != CommDType::kModel) {
-    throw Error(
-        "communication_data_type is not supported by this engine yet (gradients are reduced in the model's dtype)",
-        "communication_data_type");
-  }
   if (config.optimizer.type == OptimizerType::kNone) {
     throw Error("the config has no \"optimizer\" block: the engine builds its optimizer from it", "optimizer");
   }
@@ -172,8 +167,22 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   s.owner_rank = partitions == 1 ? 0 : world.rank();
   s.flat =
       std::make_unique<engine::FlatParams>(trainable_parameters(model), partitions, config.zero.reduce_bucket_size);
+  std::optional<at::ScalarType> wire;
+  switch (config.communication_data_type) {
+    case CommDType::kFp32:
+      wire = at::kFloat;
+      break;
+    case CommDType::kFp16:
+      wire = at::kHalf;
+      break;
+    case CommDType::kBf16:
+      wire = at::kBFloat16;
+      break;
+    case CommDType::kModel:
+      break;
+  }
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, config.zero.stage, config.zero.overlap_comm,
-                                                    config.prescale_gradients, config.gradient_predivide_factor);
+                                                    config.prescale_gradients, config.gradient_predivide_factor, wire);
   std::vector<at::Tensor> shards;
   for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
     shards.push_back(s.flat->shard(s.flat->buffer(static_cast<int>(b)), static_cast<int>(b), s.owner_rank));

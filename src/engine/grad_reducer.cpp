@@ -28,7 +28,7 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool overlap, bool prescale,
-                         double predivide_factor)
+                         double predivide_factor, std::optional<at::ScalarType> wire_dtype)
     : flat_(flat),
       comm_(comm),
       stage_(stage),
@@ -36,7 +36,8 @@ GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool o
       partitions_(flat.layout().world_size()),
       overlap_(overlap),
       prescale_(prescale),
-      predivide_(predivide_factor) {
+      predivide_(predivide_factor),
+      wire_dtype_(wire_dtype) {
   const auto& buckets = flat_.layout().buckets();
   ready_.assign(buckets.size(), 0);
   if (stage_ < 2) {
@@ -148,23 +149,30 @@ void GradReducer::launch(int b) {
   const CollectiveOptions options{.async = overlap_};
   at::Tensor grads = stage_ < 2 ? grad_buffers_[static_cast<size_t>(b)] : staged_[static_cast<size_t>(b)];
   if (prescale_) grads.mul_(1.0 / predivide_);
+  // communication_data_type: reduce a converted copy, and bring the result back afterwards.
+  const bool convert = wire_dtype_ && *wire_dtype_ != grads.scalar_type();
+  at::Tensor wire = convert ? grads.to(*wire_dtype_) : grads;
   if (stage_ == 0) {
-    pending_.push_back({comm_.all_reduce(grads, ReduceOp::kSum, options), nullptr});
+    std::function<void()> finish;
+    if (convert) finish = [grads, wire] { grads.copy_(wire); };
+    pending_.push_back({comm_.all_reduce(wire, ReduceOp::kSum, options), std::move(finish)});
     return;
   }
   // Reduced straight into this rank's shard of the bucket itself.
-  at::Tensor shard = flat_.shard(grads, b, rank_);
+  at::Tensor shard = flat_.shard(wire, b, rank_);
   std::function<void()> finish;
   if (stage_ == 2) {
     const auto& bucket = flat_.layout().buckets()[static_cast<size_t>(b)];
-    finish = [this, b, shard, bucket_offset = bucket.owned_offset, size = bucket.shard] {
+    finish = [this, b, wire, shard, bucket_offset = bucket.owned_offset, size = bucket.shard] {
       accumulator_.narrow(0, bucket_offset, size).add_(shard);
       pool_.push_back(std::move(staged_pool_buffer_[static_cast<size_t>(b)]));
       staged_pool_buffer_[static_cast<size_t>(b)] = at::Tensor();
       staged_[static_cast<size_t>(b)] = at::Tensor();
     };
+  } else if (convert) {
+    finish = [this, b, grads, shard] { flat_.shard(grads, b, rank_).copy_(shard); };
   }
-  pending_.push_back({comm_.reduce_scatter(grads, shard, ReduceOp::kSum, options), std::move(finish)});
+  pending_.push_back({comm_.reduce_scatter(wire, shard, ReduceOp::kSum, options), std::move(finish)});
 }
 
 void GradReducer::drain(bool all) {

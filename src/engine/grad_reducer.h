@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/flat_params.h"
@@ -34,7 +35,10 @@ namespace zero::engine {
 
 class GradReducer {
  public:
-  GradReducer(FlatParams& flat, Communicator& comm, int stage, bool overlap, bool prescale, double predivide_factor);
+  // `wire_dtype`: the dtype gradients are reduced in (communication_data_type); undefined: the
+  // model's own.
+  GradReducer(FlatParams& flat, Communicator& comm, int stage, bool overlap, bool prescale, double predivide_factor,
+              std::optional<at::ScalarType> wire_dtype = std::nullopt);
   ~GradReducer();
 
   // Before backward: whether this micro-step's gradients are reduced (stage 2: always; stages
@@ -71,6 +75,7 @@ class GradReducer {
   int stage_, rank_, partitions_;
   bool overlap_, prescale_;
   double predivide_;
+  std::optional<at::ScalarType> wire_dtype_;
   bool reducing_ = false;
   std::vector<at::Tensor> grad_buffers_;        // stages 0/1: whole buckets, model dtype
   at::Tensor accumulator_;                      // stage 2: owned shards, fp32
