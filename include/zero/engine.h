@@ -116,6 +116,9 @@ class Engine {
   const std::vector<std::string>& warnings() const;
 
  private:
+  // All-gathers bucket b's updated shards into every rank's parameters.
+  void gather_bucket(int b);
+
   struct State;
   std::unique_ptr<State> state_;
 };

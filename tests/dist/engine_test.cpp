@@ -138,6 +138,44 @@ TEST(EngineReduction, CommunicationDataTypeAndPrescaling) {
   }
 }
 
+TEST(EngineReduction, AllGatherInPiecesOfAllgatherBucketSize) {
+  zero::World& world = test_world();
+  const int n = world.size();
+  for (int stage : {1, 2}) {
+    const std::string json = config_json(stage, 1, false);
+    std::string small = json;
+    small.replace(small.find(R"("reduce_bucket_size": 100)"), 25,
+                  R"("reduce_bucket_size": 100, "allgather_bucket_size": 40)");
+    Trajectory got = train(small, world);
+    const Trajectory& ref = reference();
+    for (size_t i = 0; i < ref.weights.size(); ++i) {
+      const double scale = ref.weights[i].abs().max().item<double>();
+      EXPECT_LE((got.weights[i] - ref.weights[i]).abs().max().item<double>(), 1e-5 * scale) << "stage " << stage;
+    }
+    if (n == 1) continue;
+    // Same bytes as whole-bucket gathers, in pieces of at most 40 elements.
+    zero::Config config = zero::Config::parse(small);
+    config.resolve({.world_size = n});
+    torch::manual_seed(42);
+    auto model = std::make_shared<Mlp>();
+    zero::Engine engine(*model, config, world);
+    engine.backward(model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
+    engine.step();
+    zero::layout::BucketLayout layout({512, 32, 256, 8}, n, 8, 100, {3, 2, 1, 0});
+    int64_t pieces = 0;
+    for (const auto& b : layout.buckets()) {
+      const int64_t columns = std::max<int64_t>(1, 40 / n);
+      pieces += (b.shard + columns - 1) / columns;
+    }
+    const zero::OpStats gathers = engine.comm_stats().total(zero::CollectiveOp::kAllGather);
+    EXPECT_EQ(gathers.message_bytes, layout.padded_numel() * 4) << "stage " << stage;
+    EXPECT_EQ(gathers.calls, pieces) << "stage " << stage;
+    for (const auto& [key, stats] : engine.comm_stats().by_size()) {
+      if (key.first == zero::CollectiveOp::kAllGather) EXPECT_LE(key.second, 40 * 4) << "a gather above 40 elements";
+    }
+  }
+}
+
 TEST(EngineMemory, ReportMatchesTheZeroFormulas) {
   zero::World& world = test_world();
   const int n = world.size();
@@ -229,11 +267,11 @@ TEST(EngineErrors, UnhonouredSettingsAreNamed) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>();
   zero::Config config = zero::Config::parse(R"({"train_batch_size": 48, "wall_clock_breakdown": true,
-      "zero_optimization": {"stage": 1, "allgather_bucket_size": 1000}, "optimizer": {"type": "AdamW"}})");
+      "zero_optimization": {"stage": 1, "round_robin_gradients": true}, "optimizer": {"type": "AdamW"}})");
   config.resolve({.world_size = test_world().size()});
   zero::Engine engine(*model, config, test_world());
   ASSERT_EQ(engine.warnings().size(), 2u);
-  EXPECT_EQ(engine.warnings()[0].rfind("zero_optimization.allgather_bucket_size: ", 0), 0u);
+  EXPECT_EQ(engine.warnings()[0].rfind("zero_optimization.round_robin_gradients: ", 0), 0u);
   EXPECT_EQ(engine.warnings()[1].rfind("wall_clock_breakdown: ", 0), 0u);
   zero::Config plain = zero::Config::parse(config_json(2, 1, true));
   plain.resolve({.world_size = test_world().size()});
