@@ -58,7 +58,6 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   };
   const ZeroConfig& z = c.zero;
   note(!z.contiguous_gradients, "zero_optimization.contiguous_gradients", "ignored: gradients are always contiguous");
-  note(!z.reduce_scatter, "zero_optimization.reduce_scatter", "ignored: stages 1 and 2 always reduce-scatter");
   note(!z.allgather_partitions, "zero_optimization.allgather_partitions",
        "ignored: partitions are always all-gathered");
   note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
@@ -205,7 +204,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       break;
   }
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, config.zero.stage, config.zero.overlap_comm,
-                                                    config.prescale_gradients, config.gradient_predivide_factor, wire);
+                                                    config.prescale_gradients, config.gradient_predivide_factor, wire,
+                                                    config.zero.reduce_scatter);
   std::vector<at::Tensor> shards;
   for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
     shards.push_back(s.flat->shard(s.flat->buffer(static_cast<int>(b)), static_cast<int>(b), s.owner_rank));

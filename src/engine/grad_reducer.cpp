@@ -28,7 +28,7 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool overlap, bool prescale,
-                         double predivide_factor, std::optional<at::ScalarType> wire_dtype)
+                         double predivide_factor, std::optional<at::ScalarType> wire_dtype, bool reduce_scatter)
     : flat_(flat),
       comm_(comm),
       stage_(stage),
@@ -37,7 +37,8 @@ GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool o
       overlap_(overlap),
       prescale_(prescale),
       predivide_(predivide_factor),
-      wire_dtype_(wire_dtype) {
+      wire_dtype_(wire_dtype),
+      reduce_scatter_(reduce_scatter) {
   const auto& buckets = flat_.layout().buckets();
   ready_.assign(buckets.size(), 0);
   if (stage_ < 2) {
@@ -172,7 +173,10 @@ void GradReducer::launch(int b) {
   } else if (convert) {
     finish = [this, b, grads, shard] { flat_.shard(grads, b, rank_).copy_(shard); };
   }
-  pending_.push_back({comm_.reduce_scatter(wire, shard, ReduceOp::kSum, options), std::move(finish)});
+  // Either way this rank's shard of `wire` ends up reduced; reduce_scatter: false moves 2x the bytes.
+  pending_.push_back({reduce_scatter_ ? comm_.reduce_scatter(wire, shard, ReduceOp::kSum, options)
+                                      : comm_.all_reduce(wire, ReduceOp::kSum, options),
+                      std::move(finish)});
 }
 
 void GradReducer::drain(bool all) {

@@ -37,8 +37,10 @@ class GradReducer {
  public:
   // `wire_dtype`: the dtype gradients are reduced in (communication_data_type); undefined: the
   // model's own.
+  // `reduce_scatter` false: stages 1/2 all-reduce each bucket and keep their shard (DeepSpeed's
+  // zero_optimization.reduce_scatter).
   GradReducer(FlatParams& flat, Communicator& comm, int stage, bool overlap, bool prescale, double predivide_factor,
-              std::optional<at::ScalarType> wire_dtype = std::nullopt);
+              std::optional<at::ScalarType> wire_dtype = std::nullopt, bool reduce_scatter = true);
   ~GradReducer();
 
   // Before backward: whether this micro-step's gradients are reduced (stage 2: always; stages
@@ -76,6 +78,7 @@ class GradReducer {
   bool overlap_, prescale_;
   double predivide_;
   std::optional<at::ScalarType> wire_dtype_;
+  bool reduce_scatter_;
   bool reducing_ = false;
   std::vector<at::Tensor> grad_buffers_;        // stages 0/1: whole buckets, model dtype
   at::Tensor accumulator_;                      // stage 2: owned shards, fp32

@@ -135,6 +135,27 @@ TEST(EngineReduction, CommunicationDataTypeAndPrescaling) {
         EXPECT_NEAR(same.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << keys << " stage " << stage << " step " << i;
       }
     }
+    if (stage == 0) continue;
+    // reduce_scatter: false all-reduces the buckets instead: same trajectory, twice the bytes.
+    std::string all_reduce = config_json(stage, 1, false);
+    all_reduce.replace(all_reduce.find(R"("reduce_bucket_size")"), 0, R"("reduce_scatter": false, )");
+    Trajectory same = train(all_reduce, world);
+    for (size_t i = 0; i < ref.losses.size(); ++i) {
+      EXPECT_NEAR(same.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "reduce_scatter false, stage " << stage;
+    }
+    if (n > 1) {
+      zero::Config c = zero::Config::parse(all_reduce);
+      c.resolve({.world_size = n});
+      ASSERT_FALSE(c.zero.reduce_scatter);
+      torch::manual_seed(42);
+      auto m = std::make_shared<Mlp>();
+      zero::Engine e(*m, c, world);
+      e.backward(m->loss(torch::randn({4, 16}), torch::randn({4, 8})));
+      e.step();
+      zero::layout::BucketLayout l({512, 32, 256, 8}, n, 8, 100, {3, 2, 1, 0});
+      EXPECT_EQ(e.comm_stats().total(zero::CollectiveOp::kReduceScatter).calls, 0);
+      EXPECT_EQ(e.comm_stats().total(zero::CollectiveOp::kAllReduce).message_bytes, l.padded_numel() * 4 + 8);
+    }
   }
 }
 
