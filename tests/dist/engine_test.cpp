@@ -110,17 +110,11 @@ TEST(EngineReduction, CommunicationDataTypeAndPrescaling) {
   for (int stage : {0, 1, 2}) {
     // bf16 on the wire: half the bytes, and the trajectory stays close to fp32's.
     const std::string bf16_wire = with_top_level(config_json(stage, 1, false), R"("communication_data_type": "bf16")");
-    zero::Config config = zero::Config::parse(bf16_wire);
-    config.resolve({.world_size = n});
-    torch::manual_seed(42);
-    auto model = std::make_shared<Mlp>();
-    zero::Engine engine(*model, config, world);
-    engine.backward(model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
-    engine.step();
-    zero::layout::BucketLayout layout({512, 32, 256, 8}, stage == 0 ? 1 : n, 8, 100, {3, 2, 1, 0});
     if (n > 1) {
+      OneStep s = one_step(bf16_wire, world);
       const auto op = stage == 0 ? zero::CollectiveOp::kAllReduce : zero::CollectiveOp::kReduceScatter;
-      EXPECT_EQ(engine.comm_stats().total(op).message_bytes, layout.padded_numel() * 2) << "stage " << stage;
+      EXPECT_EQ(s.engine->comm_stats().total(op).message_bytes, mlp_layout(stage == 0 ? 1 : n).padded_numel() * 2)
+          << "stage " << stage;
     }
     const Trajectory& ref = reference();
     Trajectory got = train(bf16_wire, world);
@@ -144,17 +138,11 @@ TEST(EngineReduction, CommunicationDataTypeAndPrescaling) {
       EXPECT_NEAR(same.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << "reduce_scatter false, stage " << stage;
     }
     if (n > 1) {
-      zero::Config c = zero::Config::parse(all_reduce);
-      c.resolve({.world_size = n});
-      ASSERT_FALSE(c.zero.reduce_scatter);
-      torch::manual_seed(42);
-      auto m = std::make_shared<Mlp>();
-      zero::Engine e(*m, c, world);
-      e.backward(m->loss(torch::randn({4, 16}), torch::randn({4, 8})));
-      e.step();
-      zero::layout::BucketLayout l({512, 32, 256, 8}, n, 8, 100, {3, 2, 1, 0});
-      EXPECT_EQ(e.comm_stats().total(zero::CollectiveOp::kReduceScatter).calls, 0);
-      EXPECT_EQ(e.comm_stats().total(zero::CollectiveOp::kAllReduce).message_bytes, l.padded_numel() * 4 + 8);
+      OneStep s = one_step(all_reduce, world);
+      ASSERT_FALSE(s.engine->config().zero.reduce_scatter);
+      EXPECT_EQ(s.engine->comm_stats().total(zero::CollectiveOp::kReduceScatter).calls, 0);
+      EXPECT_EQ(s.engine->comm_stats().total(zero::CollectiveOp::kAllReduce).message_bytes,
+                mlp_layout(n).padded_numel() * 4 + 8);
     }
   }
 }
@@ -175,14 +163,9 @@ TEST(EngineReduction, AllGatherInPiecesOfAllgatherBucketSize) {
     }
     if (n == 1) continue;
     // Same bytes as whole-bucket gathers, in pieces of at most 40 elements.
-    zero::Config config = zero::Config::parse(small);
-    config.resolve({.world_size = n});
-    torch::manual_seed(42);
-    auto model = std::make_shared<Mlp>();
-    zero::Engine engine(*model, config, world);
-    engine.backward(model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
-    engine.step();
-    zero::layout::BucketLayout layout({512, 32, 256, 8}, n, 8, 100, {3, 2, 1, 0});
+    OneStep s = one_step(small, world);
+    const zero::Engine& engine = *s.engine;
+    const zero::layout::BucketLayout layout = mlp_layout(n);
     int64_t pieces = 0;
     for (const auto& b : layout.buckets()) {
       const int64_t columns = std::max<int64_t>(1, 40 / n);

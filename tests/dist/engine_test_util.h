@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "layout/bucket_layout.h"
 #include "zero/engine.h"
 
 namespace engine_test {
@@ -98,6 +99,28 @@ inline Trajectory train(const std::string& json, zero::World& world, const Train
   EXPECT_EQ(engine.global_steps(), kSteps);
   for (const auto& p : model->parameters()) t.weights.push_back(p.detach().to(torch::kFloat).clone());
   return t;
+}
+
+// A fresh MLP engine for `json` on `world` after one micro-step, to inspect its counters.
+struct OneStep {
+  std::shared_ptr<Mlp> model;
+  std::unique_ptr<zero::Engine> engine;
+};
+inline OneStep one_step(const std::string& json, zero::World& world) {
+  zero::Config config = zero::Config::parse(json);
+  config.resolve({.world_size = world.size()});
+  torch::manual_seed(42);
+  OneStep s{std::make_shared<Mlp>(), nullptr};
+  s.engine = std::make_unique<zero::Engine>(*s.model, config, world);
+  s.engine->backward(s.model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
+  s.engine->step();
+  return s;
+}
+
+// The layout the engine gives the MLP: reverse registration order, fp32 alignment 8, buckets of
+// 100 elements (config_json's reduce_bucket_size).
+inline zero::layout::BucketLayout mlp_layout(int partitions) {
+  return zero::layout::BucketLayout({32 * 16, 32, 8 * 32, 8}, partitions, 8, 100, {3, 2, 1, 0});
 }
 
 }  // namespace engine_test
