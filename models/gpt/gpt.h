@@ -1,0 +1,45 @@
+// GPT-2 in LibTorch with llm.c's conventions (issue: "The main job"): token embedding wte (Vp×C)
+// plus position embedding wpe (maxT×C); L pre-LayerNorm blocks (eps 1e-5, biased variance) of
+// causal self-attention with a fused qkv weight (3C×C: rows [0,C) query, [C,2C) key, [2C,3C)
+// value; head h owns rows h·hs..(h+1)·hs−1 of each), scores scaled by 1/sqrt(hs), an output
+// projection, and an MLP C→4C→C with tanh-GELU; a final LayerNorm; logits = x·wteᵀ (tied), with
+// the padded vocabulary rows V..Vp−1 left out of softmax and loss; loss = mean cross-entropy. No
+// dropout. Weights are (out, in).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "models/gpt/llmc_files.h"
+
+namespace zero::gpt {
+
+struct GptBlock : torch::nn::Module {
+  explicit GptBlock(const GptShape& shape);
+  at::Tensor forward(const at::Tensor& x);
+  int64_t heads;
+  at::Tensor ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+struct Gpt : torch::nn::Module {
+  // Initialised as llm.c does: normal(0, 0.02), residual projections scaled by 1/sqrt(2L),
+  // LayerNorm weights 1 and biases 0, other biases 0. Uses torch's global RNG.
+  explicit Gpt(const GptShape& shape);
+  // tokens [B, T] (int64, T <= maxT) → logits [B, T, V] (the padded rows dropped).
+  at::Tensor forward(const at::Tensor& tokens);
+  // Mean cross-entropy over all B·T positions.
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+
+  GptShape shape;
+  at::Tensor wte, wpe, lnfw, lnfb;
+  std::vector<std::shared_ptr<GptBlock>> blocks;
+};
+
+// Copies an llm.c checkpoint's weights into `model`; an error naming the file and the field when
+// the shapes differ.
+void load_llmc(Gpt& model, const LlmcCheckpoint& checkpoint, const std::string& origin);
+// The model's weights in llm.c's flat order (fp32).
+std::vector<float> to_llmc_params(const Gpt& model);
+
+}  // namespace zero::gpt
