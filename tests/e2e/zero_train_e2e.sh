@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# zero-train as a user runs it: the same global batch gives the same losses at 1 rank stage 0,
+# 2 ranks stage 2 and 3 ranks stage 1 (within 1e-5), and bad input is a clear error.
+set -u
+bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+config() {  # config STAGE → a file with a fixed global batch of 12 rows
+  cat > "$tmp/stage$1.json" <<JSON
+{"train_batch_size": 12, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}}
+JSON
+  echo "$tmp/stage$1.json"
+}
+run() {  # run RANKS STAGE → the loss column
+  "$bin/zero-run" -n "$1" "$bin/zero-train" --config "$(config "$2")" --text "$src/README.md" --steps 10 \
+    --layers 2 --heads 2 --channels 32 --max-seq 16 2>&1 | awk '/^step/ {print $5}'
+}
+reference=$(run 1 0)
+[[ $(wc -l <<<"$reference") -eq 10 ]] || { echo "FAIL reference run: $reference"; exit 1; }
+for case in "2 2" "3 1"; do
+  got=$(run $case)
+  if paste <(echo "$reference") <(echo "$got") |
+     awk '{ if ($1 + 0 <= 0 || $2 + 0 <= 0 || NF != 2) bad = 1; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad }'; then
+    echo "ok   ranks/stage $case: same 10 losses"
+  else
+    echo "FAIL ranks/stage $case"; paste <(echo "$reference") <(echo "$got"); fail=1
+  fi
+done
+awk 'NR == 1 { first = $1 } END { exit !($1 < first) }' <<<"$reference" && echo "ok   loss falls" || { echo "FAIL loss does not fall"; fail=1; }
+out=$("$bin/zero-train" --config "$(config 0)" --text "$src/README.md" --vocab 100 2>&1)
+[[ $? -ne 0 ]] && grep -q -- "--text trains bytes" <<<"$out" && echo "ok   bad vocab" || { echo "FAIL bad vocab: $out"; fail=1; }
+exit $fail
