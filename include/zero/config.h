@@ -250,6 +250,7 @@ class Config {
   std::vector<std::string> autos_;  // every path written as "auto"
   bool fp16_auto_ = false, bf16_auto_ = false;
   std::vector<std::string> warnings_;
+  std::vector<std::string> parse_warnings_;  // warnings_ is these plus the last resolve()'s
   std::vector<std::string> unresolved_;
   std::vector<ConfigValue> values_;
   bool resolved_ = false;

@@ -82,7 +82,8 @@ Config Config::parse(const std::string& json_text, const std::string& origin) {
   config_detail::check_cross_key_rules(c, diag);
 
   if (!diag.problems.empty()) throw ConfigError(origin, diag.problems);
-  c.warnings_ = std::move(diag.warnings);
+  c.parse_warnings_ = std::move(diag.warnings);
+  c.warnings_ = c.parse_warnings_;
   c.values_ = std::move(diag.values);
   c.autos_ = diag.autos;
   c.unresolved_ = std::move(diag.autos);

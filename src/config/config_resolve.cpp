@@ -152,6 +152,7 @@ void Config::resolve(const AutoContext& ctx) {
   world_size = ctx.world_size;
   config_detail::check_cross_key_rules(*this, diag);
   values_ = std::move(diag.values);
+  warnings_ = parse_warnings_;  // resolve() may run again: its own warnings replace the last ones
   warnings_.insert(warnings_.end(), diag.warnings.begin(), diag.warnings.end());
   unresolved_ = std::move(unresolved);
   resolved_ = diag.problems.empty() && unresolved_.empty();

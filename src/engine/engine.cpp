@@ -140,7 +140,7 @@ struct Engine::State {
   bool no_sync = false;             // inside a NoSync
   bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
 
-  State(torch::nn::Module& model, const Config& c, World& w)
+  State(const Config& c, World& w)
       : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
 };
 
@@ -168,7 +168,7 @@ void Engine::gather_bucket(int b) {
 
 Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups) {
   check_config(config, world);
-  state_ = std::make_unique<State>(model, config, world);
+  state_ = std::make_unique<State>(config, world);
   State& s = *state_;
   s.model = &model;
   s.warnings = unhonoured_settings(config);

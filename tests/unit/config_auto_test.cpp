@@ -121,3 +121,11 @@ TEST(AutoValues, AutoPrecisionStillRejectsBoth) {
                                 {.world_size = 1, .fp16 = true});
   EXPECT_NE(e.find("fp16.enabled: fp16 and bf16 cannot both be enabled"), std::string::npos) << e;
 }
+
+TEST(BatchTriad, ResolvingAgainDoesNotRepeatWarnings) {
+  Config c = Config::parse(R"({"bfloat16": {"enabled": true}, "train_micro_batch_size_per_gpu": 2})");
+  c.resolve({.world_size = 1, .micro_batch_size = 4});  // the file's 2 overrides the trainer's 4: a warning
+  ASSERT_EQ(c.warnings().size(), 2u);                     // the alias, and the override
+  c.resolve({.world_size = 2, .micro_batch_size = 4});
+  EXPECT_EQ(c.warnings().size(), 2u);
+}
