@@ -22,8 +22,10 @@
 namespace {
 
 pid_t g_mpirun = -1;
+volatile sig_atomic_t g_stopped_by = 0;  // the signal the user sent us, if any
 
 void forward_to_mpirun(int signal_number) {
+  g_stopped_by = signal_number;
   if (g_mpirun > 0) kill(g_mpirun, signal_number);
 }
 
@@ -107,7 +109,10 @@ int main(int argc, char** argv) {
 
   try {
     if (!o.hostfile.empty()) o.hostfile_hosts = zero::launch::read_hostfile(o.hostfile);
-    o.env = read_env_files();
+    // Ranks write to a pseudo-terminal of mpirun's even when zero-run's output is a pipe: tell
+    // them what the user's end is (zero-train draws its progress bar only on a terminal).
+    o.env = {{"ZERO_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0"}};
+    for (auto& entry : read_env_files()) o.env.push_back(std::move(entry));
     for (const auto& kv : env_flags) {
       auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) throw zero::Error("--env " + kv + ": expected KEY=VALUE", "--env");
@@ -138,6 +143,11 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "zero-run: {}; {} of {} rank(s) failed or were stopped\n", zero::launch::describe(*first),
                  failures.size(), plan.total_procs);
       return first->signaled ? 128 + first->code : first->code;
+    }
+    if (status != 0 && g_stopped_by != 0) {
+      // mpirun reports an interrupted job as failed even when every rank ended cleanly.
+      fmt::print(stderr, "zero-run: stopped by {}; every rank exited cleanly\n", strsignal(g_stopped_by));
+      return 128 + g_stopped_by;
     }
     if (status != 0) fmt::print(stderr, "zero-run: mpirun failed with status {}\n", status);
     return status;

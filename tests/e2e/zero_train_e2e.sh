@@ -32,5 +32,5 @@ for case in "2 2" "3 1"; do
 done
 awk 'NR == 1 { first = $1 } END { exit !($1 < first) }' <<<"$reference" && echo "ok   loss falls" || { echo "FAIL loss does not fall"; fail=1; }
 out=$("$bin/zero-train" --config "$(config 0)" --text "$src/README.md" --vocab 100 2>&1)
-[[ $? -ne 0 ]] && grep -q -- "--text trains bytes" <<<"$out" && echo "ok   bad vocab" || { echo "FAIL bad vocab: $out"; fail=1; }
+[[ $? -ne 0 ]] && grep -q -- "train bytes: the model needs V = 256" <<<"$out" && echo "ok   bad vocab" || { echo "FAIL bad vocab: $out"; fail=1; }
 exit $fail

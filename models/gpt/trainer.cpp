@@ -1,0 +1,273 @@
+#include "models/gpt/trainer.h"
+
+#include <fmt/core.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+
+#include "models/gpt/builtin_corpus.h"
+#include "models/gpt/gpt.h"
+#include "models/gpt/token_data.h"
+#include "models/gpt/tokenizer.h"
+#include "zero/zero.h"
+
+namespace zero::gpt {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+void note_signal(int signal_number) { g_stop_signal = signal_number; }
+
+// Installs the stop handlers for the run and restores the previous ones after it.
+class SignalScope {
+ public:
+  explicit SignalScope(bool active) : active_(active) {
+    if (!active_) return;
+    g_stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = note_signal;
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~SignalScope() {
+    if (!active_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  bool active_;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+constexpr int64_t kBuiltinTrainBytes = 400'000, kBuiltinValBytes = 40'000;
+
+struct Data {
+  TokenData train, val;
+  bool has_val;
+};
+
+Data load_data(const TrainerOptions& o, int vocab) {
+  if (!o.text.empty() && !o.train_data.empty()) throw Error("give --text or --train-data, not both", "--text");
+  const bool bytes = o.train_data.empty();
+  if (bytes && vocab != 256) {
+    throw Error("--text and the built-in corpus train bytes: the model needs V = 256, not " + std::to_string(vocab),
+                "--vocab");
+  }
+  auto from_string = [](const std::string& s, const std::string& origin) {
+    return TokenData({std::vector<uint16_t>(s.begin(), s.end())}, origin);
+  };
+  if (o.text.empty() && o.train_data.empty()) {
+    return {from_string(builtin_corpus(1, kBuiltinTrainBytes), "<built-in corpus>"),
+            from_string(builtin_corpus(2, kBuiltinValBytes), "<built-in validation corpus>"), true};
+  }
+  TokenData train = bytes ? TokenData::from_text(o.text) : TokenData::from_shards(o.train_data, vocab);
+  if (o.val_data.empty()) return {train, train, false};
+  return {std::move(train), bytes ? TokenData::from_text(o.val_data) : TokenData::from_shards(o.val_data, vocab),
+          true};
+}
+
+Config load_config(const TrainerOptions& o, const World& world, const GptShape& shape) {
+  AutoContext context;
+  context.world_size = world.size();
+  context.hidden_size = shape.channels;
+  context.max_steps = o.steps;
+  if (!o.config_path.empty()) return Config::from_file(o.config_path, context);
+  Config config = Config::parse(o.config_text.empty() ? builtin_config() : o.config_text,
+                                o.config_text.empty() ? "<built-in config>" : "<config text>");
+  config.resolve(context);
+  return config;
+}
+
+at::Tensor to_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t seq) {
+  return torch::tensor(values, torch::kInt).to(torch::kLong).view({rows, seq});
+}
+
+// Prints rank 0's lines, keeping a progress bar as the last line of a terminal.
+class Report {
+ public:
+  Report(std::FILE* out, bool bar, int64_t steps) : out_(out), bar_(bar), steps_(steps) {}
+  void line(const std::string& text) {
+    if (!out_) return;
+    fmt::print(out_, "{}{}\n", bar_ ? "\r\033[K" : "", text);
+    std::fflush(out_);
+  }
+  void progress(int64_t done, double step_seconds) {
+    if (!out_ || !bar_) return;
+    elapsed_ += step_seconds;
+    const double seconds_per_step = elapsed_ / static_cast<double>(done);
+    const int width = 30, filled = static_cast<int>(width * done / steps_);
+    const auto eta = static_cast<int64_t>(seconds_per_step * static_cast<double>(steps_ - done));
+    fmt::print(out_, "\r[{}{}] {}/{} eta {}m{:02d}s", std::string(static_cast<size_t>(filled), '#'),
+               std::string(static_cast<size_t>(width - filled), '.'), done, steps_, eta / 60, eta % 60);
+    std::fflush(out_);
+  }
+  void finish() {
+    if (out_ && bar_) fmt::print(out_, "\r\033[K");
+  }
+
+ private:
+  std::FILE* out_;
+  bool bar_;
+  int64_t steps_;
+  double elapsed_ = 0;
+};
+
+struct Run {
+  const TrainerOptions& options;
+  World& world;
+  Config config;
+  Gpt& model;
+  Engine& engine;
+  Data& data;
+  int64_t seq, global_rows;
+
+  double evaluate() {
+    torch::NoGradGuard no_grad;
+    engine.eval();
+    const int64_t batches = std::min(options.eval_batches, data.val.batches_per_epoch(global_rows, seq));
+    double sum = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      Batch mine = data.val.rank_rows(data.val.batch(i, global_rows, seq), world.rank(), world.size());
+      at::Tensor x = to_tensor(mine.inputs, mine.rows, seq), y = to_tensor(mine.targets, mine.rows, seq);
+      sum += engine.forward([&] { return model.loss(x, y); }).item<double>();
+    }
+    engine.train();
+    at::Tensor mean = torch::full({1}, sum / static_cast<double>(batches), torch::kDouble);
+    world.communicator().all_reduce(mean, ReduceOp::kAvg, {.async = false});
+    return mean.item<double>();
+  }
+
+  std::string sample(const Tokenizer& tokenizer, int64_t step) {
+    std::vector<int64_t> prompt;
+    if (!options.prompt.empty()) {
+      for (unsigned char c : options.prompt) prompt.push_back(c);
+    } else if (tokenizer.eot() >= 0) {
+      prompt.push_back(tokenizer.eot());
+    } else {
+      const Batch first = (data.has_val ? data.val : data.train).batch(0, 1, seq);
+      const int64_t n = std::min<int64_t>(16, seq);
+      prompt.assign(first.inputs.begin(), first.inputs.begin() + n);
+    }
+    SampleOptions sample = options.sample;
+    sample.seed = options.sample.seed + static_cast<uint64_t>(step);
+    engine.eval();
+    const std::vector<int64_t> tokens = generate(model, prompt, sample);
+    engine.train();
+    const bool prompt_is_eot = prompt.size() == 1 && tokenizer.eot() >= 0 && prompt[0] == tokenizer.eot();
+    return Tokenizer::printable(
+        tokenizer.decode(std::vector<int64_t>(tokens.begin() + (prompt_is_eot ? 1 : 0), tokens.end())),
+        tokenizer.vocab() == 256);
+  }
+};
+
+}  // namespace
+
+const std::string& builtin_config() {
+  static const std::string text = R"({
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": "auto"},
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.0}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 3e-4, "warmup_max_lr": 3e-3,
+                "warmup_num_steps": 20, "total_num_steps": "auto", "warmup_type": "linear"}}
+})";
+  return text;
+}
+
+TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* out) {
+  if (world.rank() != 0) out = nullptr;
+  GptShape shape = options.shape;
+  std::optional<LlmcCheckpoint> checkpoint;
+  if (!options.init.empty()) {
+    checkpoint = read_llmc_checkpoint(options.init);
+    shape = checkpoint->shape;
+  }
+  if (shape.padded_vocab == 0) shape.padded_vocab = (shape.vocab + 63) / 64 * 64;
+  const int64_t seq = options.seq == 0 ? shape.max_seq : options.seq;
+  if (seq < 1 || seq > shape.max_seq)
+    throw Error("--seq-len " + std::to_string(seq) + " must be in 1..maxT = " + std::to_string(shape.max_seq),
+                "--seq-len");
+  Data data = load_data(options, shape.vocab);
+  const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
+
+  torch::manual_seed(static_cast<uint64_t>(options.seed));
+  Gpt model(shape);
+  if (checkpoint) load_llmc(model, *checkpoint, options.init);
+  Config config = load_config(options, world, shape);
+  Engine engine(model, config, world);
+  const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
+  Run run{options, world, config, model, engine, data, seq, config.train_batch_size / accumulation};
+
+  Report report(out, options.progress_bar, options.steps);
+  report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, GPT-2 L={} NH={} C={} V={} maxT={} ({} parameters)",
+                          world.size(), world.size() == 1 ? "" : "s", config.zero.stage, shape.layers, shape.heads,
+                          shape.channels, shape.vocab, shape.max_seq, checkpoint_numel(shape)));
+  report.line(fmt::format("zero-train: batch {} rows × {} tokens ({} per rank × {} micro-steps), {} steps, data {} "
+                          "tokens{}",
+                          config.train_batch_size, seq, micro, accumulation, options.steps, data.train.tokens(),
+                          data.has_val ? fmt::format(", validation {} tokens", data.val.tokens()) : ""));
+
+  TrainerResult result;
+  SignalScope signals(options.stop_on_signal);
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < accumulation; ++m) {
+      Batch global = data.train.batch(step * accumulation + m, run.global_rows, seq, options.shuffle);
+      Batch mine = data.train.rank_rows(global, world.rank(), world.size());
+      at::Tensor x = to_tensor(mine.inputs, micro, seq), y = to_tensor(mine.targets, micro, seq);
+      at::Tensor loss = engine.forward([&] { return model.loss(x, y); });
+      engine.backward(loss);
+      engine.step();
+      loss_sum += loss.item<double>();
+    }
+    // One small all-reduce gives the mean loss and whether any rank was asked to stop.
+    at::Tensor shared = torch::tensor({loss_sum / static_cast<double>(accumulation * world.size()),
+                                       g_stop_signal.load() != 0 ? 1.0 : 0.0},
+                                      torch::kDouble);
+    world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    StepLog log{step + 1,
+                shared[0].item<double>(),
+                engine.get_lr(),
+                engine.get_global_grad_norm(),
+                engine.loss_scale(),
+                static_cast<double>(config.train_batch_size * seq) / seconds,
+                seconds * 1e3};
+    result.steps.push_back(log);
+    const bool last = step + 1 == options.steps;
+    if ((step + 1) % options.print_every == 0 || last || step == 0) {
+      report.line(fmt::format("step {:5d}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f}{} | {:.0f} tok/s | {:.1f} ms",
+                              log.step, options.steps, log.loss, log.lr, log.grad_norm,
+                              config.fp16.enabled ? fmt::format(" | scale {:g}", log.loss_scale) : std::string(),
+                              log.tokens_per_second, log.milliseconds));
+    }
+    if (options.eval_every > 0 && ((step + 1) % options.eval_every == 0 || last)) {
+      const double val = run.evaluate();
+      result.val_losses.emplace_back(step + 1, val);
+      report.line(fmt::format("val   {:5d}/{} | loss {:.6f}", step + 1, options.steps, val));
+    }
+    if (options.sample_every > 0 && ((step + 1) % options.sample_every == 0 || last)) {
+      result.samples.push_back(run.sample(tokenizer, step + 1));
+      report.line(fmt::format("sample {:4d}/{} ---\n{}\n---", step + 1, options.steps, result.samples.back()));
+    }
+    report.progress(step + 1, seconds);
+    if (shared[1].item<double>() > 0) {
+      result.interrupted = true;
+      report.line(fmt::format("zero-train: stopped by a signal after step {}", step + 1));
+      break;
+    }
+  }
+  report.finish();
+  if (!options.export_path.empty()) {
+    if (world.rank() == 0) write_llmc_checkpoint(options.export_path, shape, to_llmc_params(model));
+    report.line("zero-train: wrote " + options.export_path);
+  }
+  return result;
+}
+
+}  // namespace zero::gpt

@@ -1,0 +1,68 @@
+// The GPT trainer behind `zero-train`, as a library so tests drive the very loop users run.
+//
+// Every rank calls train_gpt with the same options; rank 0 prints. Batch sizes, optimizer,
+// schedule, precision and ZeRO stage come from the DeepSpeed config ("auto" resolved from the
+// world size, the model's width and the step count). The global batch of a step is the same at
+// any world size, so every stage and rank count follows the same loss trajectory.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/gpt/llmc_files.h"
+#include "models/gpt/sampler.h"
+
+namespace zero {
+class World;
+}
+
+namespace zero::gpt {
+
+struct TrainerOptions {
+  std::string config_path;  // a DeepSpeed JSON file; empty: config_text
+  std::string config_text;  // JSON text; empty too: the built-in ZeRO-2 config (builtin_config())
+  std::string init;         // an llm.c checkpoint to start from; empty: a fresh model of `shape`
+  GptShape shape{.max_seq = 128, .vocab = 256, .layers = 4, .heads = 4, .channels = 128, .padded_vocab = 0};
+  // Training data: llm.c shards (a glob), or the bytes of a text file; neither: the built-in corpus.
+  std::string train_data, text;
+  // Validation data: shards (a glob), or a text file when training on text; with the built-in
+  // corpus, a held-out text from the same grammar.
+  std::string val_data;
+  std::string tokenizer;  // llm.c tokenizer file for GPT-2 samples; empty: bytes
+  int64_t seq = 0;        // T of a row; 0: the model's maxT
+  int64_t steps = 300;
+  int64_t seed = 1234;    // model initialisation
+  int64_t shuffle = -1;   // >= 0: a seeded permutation of the batches each epoch
+  int64_t print_every = 1;
+  int64_t eval_every = 0;  // 0: no validation
+  int64_t eval_batches = 4;
+  int64_t sample_every = 0;  // 0: no samples
+  SampleOptions sample;
+  std::string prompt;        // bytes; empty: the first tokens of the validation (or training) data
+  std::string export_path;   // an llm.c checkpoint written at the end
+  bool progress_bar = false;  // a live bar under the step lines (the CLI sets it for a terminal)
+  bool stop_on_signal = false;  // SIGINT/SIGTERM end the run after the current step
+};
+
+struct StepLog {
+  int64_t step = 0;  // 1-based
+  double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1, tokens_per_second = 0, milliseconds = 0;
+};
+
+struct TrainerResult {
+  std::vector<StepLog> steps;
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss)
+  std::vector<std::string> samples;
+  bool interrupted = false;
+};
+
+// The DeepSpeed config used when none is given.
+const std::string& builtin_config();
+
+// Trains; rank 0 writes its report to `out` (nullptr: silent). Errors are zero::Error.
+TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* out);
+
+}  // namespace zero::gpt
