@@ -8,17 +8,17 @@ namespace zero::gpt {
 namespace {
 
 constexpr std::array<std::string_view, 10> kSubjects = {
-    "the cat", "a dog", "the old farmer", "my sister", "the little bird",
-    "a tired sailor", "the baker", "our teacher", "the young king", "a small child"};
-constexpr std::array<std::string_view, 10> kVerbs = {"sees",  "likes", "follows", "finds",   "carries",
+    "the cat",        "a dog",     "the old farmer", "my sister",      "the little bird",
+    "a tired sailor", "the baker", "our teacher",    "the young king", "a small child"};
+constexpr std::array<std::string_view, 10> kVerbs = {"sees",   "likes", "follows", "finds",   "carries",
                                                      "paints", "keeps", "loses",   "watches", "brings"};
-constexpr std::array<std::string_view, 10> kObjects = {
-    "a red ball",  "the green apple", "an old map", "a basket",     "the blue boat",
-    "a warm loaf", "the silver key",  "a letter",   "the lantern", "a wooden box"};
-constexpr std::array<std::string_view, 8> kPlaces = {"in the garden", "by the river",   "at the market",
-                                                     "under the tree", "near the house", "on the hill",
-                                                     "to the market", "across the field"};
-constexpr std::array<std::string_view, 6> kTimes = {"every morning", "at night",   "on sunday",
+constexpr std::array<std::string_view, 10> kObjects = {"a red ball",    "the green apple", "an old map",     "a basket",
+                                                       "the blue boat", "a warm loaf",     "the silver key", "a letter",
+                                                       "the lantern",   "a wooden box"};
+constexpr std::array<std::string_view, 8> kPlaces = {"in the garden",  "by the river",    "at the market",
+                                                     "under the tree", "near the house",  "on the hill",
+                                                     "to the market",  "across the field"};
+constexpr std::array<std::string_view, 6> kTimes = {"every morning", "at night",  "on sunday",
                                                     "after dinner",  "in winter", "before the rain"};
 
 template <size_t N>

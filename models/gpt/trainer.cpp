@@ -39,7 +39,8 @@ class SignalScope {
 
  private:
   bool active_;
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 constexpr int64_t kBuiltinTrainBytes = 400'000, kBuiltinValBytes = 40'000;
@@ -65,8 +66,7 @@ Data load_data(const TrainerOptions& o, int vocab) {
   }
   TokenData train = bytes ? TokenData::from_text(o.text) : TokenData::from_shards(o.train_data, vocab);
   if (o.val_data.empty()) return {train, train, false};
-  return {std::move(train), bytes ? TokenData::from_text(o.val_data) : TokenData::from_shards(o.val_data, vocab),
-          true};
+  return {std::move(train), bytes ? TokenData::from_text(o.val_data) : TokenData::from_shards(o.val_data, vocab), true};
 }
 
 Config load_config(const TrainerOptions& o, const World& world, const GptShape& shape) {
@@ -206,10 +206,11 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, GPT-2 L={} NH={} C={} V={} maxT={} ({} parameters)",
                           world.size(), world.size() == 1 ? "" : "s", config.zero.stage, shape.layers, shape.heads,
                           shape.channels, shape.vocab, shape.max_seq, checkpoint_numel(shape)));
-  report.line(fmt::format("zero-train: batch {} rows × {} tokens ({} per rank × {} micro-steps), {} steps, data {} "
-                          "tokens{}",
-                          config.train_batch_size, seq, micro, accumulation, options.steps, data.train.tokens(),
-                          data.has_val ? fmt::format(", validation {} tokens", data.val.tokens()) : ""));
+  report.line(
+      fmt::format("zero-train: batch {} rows × {} tokens ({} per rank × {} micro-steps), {} steps, data {} "
+                  "tokens{}",
+                  config.train_batch_size, seq, micro, accumulation, options.steps, data.train.tokens(),
+                  data.has_val ? fmt::format(", validation {} tokens", data.val.tokens()) : ""));
 
   TrainerResult result;
   SignalScope signals(options.stop_on_signal);
@@ -226,9 +227,9 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
       loss_sum += loss.item<double>();
     }
     // One small all-reduce gives the mean loss and whether any rank was asked to stop.
-    at::Tensor shared = torch::tensor({loss_sum / static_cast<double>(accumulation * world.size()),
-                                       g_stop_signal.load() != 0 ? 1.0 : 0.0},
-                                      torch::kDouble);
+    at::Tensor shared = torch::tensor(
+        {loss_sum / static_cast<double>(accumulation * world.size()), g_stop_signal.load() != 0 ? 1.0 : 0.0},
+        torch::kDouble);
     world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepLog log{step + 1,

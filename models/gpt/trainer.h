@@ -34,16 +34,16 @@ struct TrainerOptions {
   std::string tokenizer;  // llm.c tokenizer file for GPT-2 samples; empty: bytes
   int64_t seq = 0;        // T of a row; 0: the model's maxT
   int64_t steps = 300;
-  int64_t seed = 1234;    // model initialisation
-  int64_t shuffle = -1;   // >= 0: a seeded permutation of the batches each epoch
+  int64_t seed = 1234;   // model initialisation
+  int64_t shuffle = -1;  // >= 0: a seeded permutation of the batches each epoch
   int64_t print_every = 1;
   int64_t eval_every = 0;  // 0: no validation
   int64_t eval_batches = 4;
   int64_t sample_every = 0;  // 0: no samples
   SampleOptions sample;
-  std::string prompt;        // bytes; empty: the first tokens of the validation (or training) data
-  std::string export_path;   // an llm.c checkpoint written at the end
-  bool progress_bar = false;  // a live bar under the step lines (the CLI sets it for a terminal)
+  std::string prompt;           // bytes; empty: the first tokens of the validation (or training) data
+  std::string export_path;      // an llm.c checkpoint written at the end
+  bool progress_bar = false;    // a live bar under the step lines (the CLI sets it for a terminal)
   bool stop_on_signal = false;  // SIGINT/SIGTERM end the run after the current step
 };
 
