@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     o.print_every = 10;
   }
   torch::set_num_threads(1);
+  zero::keep_freed_memory();  // include/zero/allocator.h: the same tensors every step
   const char* launcher_tty = std::getenv("ZERO_STDOUT_IS_TTY");  // set by zero-run
   o.progress_bar = !no_bar && (launcher_tty ? std::string(launcher_tty) == "1" : isatty(STDOUT_FILENO) != 0);
   o.stop_on_signal = true;

@@ -1,0 +1,61 @@
+// bench_gpt — tokens/s of zero-train's own loop (models/gpt/trainer) at ZeRO stages 0, 1 and 2:
+// the GPT on the built-in corpus, the micro-batch fixed per rank (so the global batch grows with
+// the ranks), fp32, one thread per rank.
+//
+//   zero-run -n 2 build/bench/bench_gpt [--steps N] [--layers L] [--channels C] [--seq T]
+// Prints one table row per stage and overlap_comm setting (rank 0): median step time and tokens/s over the timed steps.
+#include <fmt/core.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "models/gpt/trainer.h"
+#include "zero/allocator.h"
+#include "zero/world.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_gpt: zero-train tokens/s per ZeRO stage"};
+  int64_t steps = 20, warmup = 3, micro = 8;
+  zero::gpt::TrainerOptions o;
+  app.add_option("--steps", steps, "timed steps");
+  app.add_option("--layers", o.shape.layers);
+  app.add_option("--channels", o.shape.channels);
+  app.add_option("--seq", o.shape.max_seq);
+  app.add_option("--micro-batch", micro);
+  bool default_malloc = false;
+  app.add_flag("--default-malloc", default_malloc, "leave glibc's malloc thresholds as they are (as zero-train does not)");
+  CLI11_PARSE(app, argc, argv);
+  torch::set_num_threads(1);
+  if (!default_malloc) zero::keep_freed_memory();  // include/zero/allocator.h
+  zero::World world = zero::World::from_environment();
+  o.steps = warmup + steps;
+  if (world.rank() == 0) {
+    fmt::print("# bench_gpt: {} rank(s), GPT-2 L={} NH={} C={} T={} V=256, micro-batch {} per rank, fp32, AdamW, "
+               "{} timed steps after {} warm-up, malloc {}\n\n",
+               world.size(), o.shape.layers, o.shape.heads, o.shape.channels, o.shape.max_seq, micro, steps, warmup,
+               default_malloc ? "glibc defaults" : "keep_freed_memory()");
+    fmt::print("| stage | overlap_comm | step ms (median) | tokens/s | tokens/s per rank |\n|---|---|---|---|---|\n");
+  }
+  // A discarded run first: the first steps of a process are slower (caches, heap growth).
+  o.config_text = R"({"train_micro_batch_size_per_gpu": 8, "optimizer": {"type": "AdamW"}})";
+  zero::gpt::train_gpt(o, world, nullptr);
+  for (auto [stage, overlap] : {std::pair{0, false}, {0, true}, {1, false}, {1, true}, {2, false}, {2, true}}) {
+    o.config_text = fmt::format(R"({{"train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
+        "zero_optimization": {{"stage": {}, "overlap_comm": {}}},
+        "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-3}}}}}})",
+                                micro, stage, overlap);
+    const zero::gpt::TrainerResult r = zero::gpt::train_gpt(o, world, nullptr);
+    std::vector<double> ms;
+    for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i) ms.push_back(r.steps[i].milliseconds);
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    const double tokens = static_cast<double>(micro * world.size() * o.shape.max_seq);
+    if (world.rank() == 0)
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.0f} |\n", stage, overlap, median, tokens / median * 1e3,
+                 tokens / median * 1e3 / world.size());
+  }
+  return 0;
+}

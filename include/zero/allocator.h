@@ -1,0 +1,22 @@
+// zero::keep_freed_memory() — makes glibc's malloc keep and reuse the memory of freed tensors.
+//
+// By default glibc serves each allocation over 128 KiB (adjusting upward as it goes) with a fresh
+// mmap and gives it back with munmap on free, and trims the heap top above 128 KiB; a training step
+// allocates and frees the same large activations and gradients every step, so every step pays for
+// page faults and zeroing of fresh pages again — with two ranks on two cores, the GPT step took
+// 140 ms instead of 95 ms (docs/PERFORMANCE.md). Fixing both thresholds high keeps those blocks in
+// the heap for the next step. PyTorch users get the same effect from jemalloc or tcmalloc.
+//
+// Process-wide, so the library never calls it by itself: zero-train and the benchmarks do, and a
+// program embedding zerocpp calls it once at startup (before the model is built). Returns false
+// when the C library refuses the settings (not glibc, or a limit), changing nothing then.
+#pragma once
+
+#include <cstddef>
+
+namespace zero {
+
+bool keep_freed_memory(std::size_t mmap_threshold = std::size_t{32} << 20,
+                       std::size_t trim_threshold = std::size_t{512} << 20);
+
+}  // namespace zero
