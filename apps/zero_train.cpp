@@ -43,10 +43,11 @@ int main(int argc, char** argv) {
   bool no_bar = false;
   app.add_flag("--no-progress", no_bar, "no progress bar, even on a terminal");
   CLI11_PARSE(app, argc, argv);
-  if (argc == 1) {  // the built-in default: show samples and validation along the way
-    o.eval_every = 50;
-    o.sample_every = 100;
-    o.print_every = 10;
+  if (o.config_path.empty() && o.text.empty() && o.train_data.empty() && o.init.empty()) {
+    // The built-in default (scripts/demo): show validation and samples along the way.
+    if (app.count("--eval-every") == 0) o.eval_every = 50;
+    if (app.count("--sample-every") == 0) o.sample_every = 100;
+    if (app.count("--print-every") == 0) o.print_every = 10;
   }
   torch::set_num_threads(1);
   zero::keep_freed_memory();  // include/zero/allocator.h: the same tensors every step

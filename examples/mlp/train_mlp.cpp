@@ -21,6 +21,7 @@ struct Mlp : torch::nn::Module {
 int main(int argc, char** argv) {
   const std::string config_path = argc > 1 ? argv[1] : "examples/mlp/ds_config.json";
   torch::set_num_threads(1);  // one thread per rank when ranks share a machine
+  zero::keep_freed_memory();  // include/zero/allocator.h
 
   // 2. The world (rank, size) and the DeepSpeed config, resolved for this many ranks.
   zero::World world = zero::World::from_environment();
