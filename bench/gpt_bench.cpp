@@ -26,17 +26,19 @@ int main(int argc, char** argv) {
   app.add_option("--seq", o.shape.max_seq);
   app.add_option("--micro-batch", micro);
   bool default_malloc = false;
-  app.add_flag("--default-malloc", default_malloc, "leave glibc's malloc thresholds as they are (as zero-train does not)");
+  app.add_flag("--default-malloc", default_malloc,
+               "leave glibc's malloc thresholds as they are (as zero-train does not)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
   if (!default_malloc) zero::keep_freed_memory();  // include/zero/allocator.h
   zero::World world = zero::World::from_environment();
   o.steps = warmup + steps;
   if (world.rank() == 0) {
-    fmt::print("# bench_gpt: {} rank(s), GPT-2 L={} NH={} C={} T={} V=256, micro-batch {} per rank, fp32, AdamW, "
-               "{} timed steps after {} warm-up, malloc {}\n\n",
-               world.size(), o.shape.layers, o.shape.heads, o.shape.channels, o.shape.max_seq, micro, steps, warmup,
-               default_malloc ? "glibc defaults" : "keep_freed_memory()");
+    fmt::print(
+        "# bench_gpt: {} rank(s), GPT-2 L={} NH={} C={} T={} V=256, micro-batch {} per rank, fp32, AdamW, "
+        "{} timed steps after {} warm-up, malloc {}\n\n",
+        world.size(), o.shape.layers, o.shape.heads, o.shape.channels, o.shape.max_seq, micro, steps, warmup,
+        default_malloc ? "glibc defaults" : "keep_freed_memory()");
     fmt::print("| stage | overlap_comm | step ms (median) | tokens/s | tokens/s per rank |\n|---|---|---|---|---|\n");
   }
   // A discarded run first: the first steps of a process are slower (caches, heap growth).

@@ -58,6 +58,15 @@ struct ParamGroup {
   double weight_decay = 0;
 };
 
+// What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).
+struct LoadOptions {
+  std::string tag;                    // empty: the tag in DIR/latest
+  bool load_optimizer_states = true;  // optimizer state (and its step count)
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;  // weights only: no optimizer, schedule, scaler or counters
+  bool strict = true;             // parameter names must match both ways (else: error listing them)
+};
+
 class Engine {
  public:
   // `config` must be resolved (Config::from_file or resolve()) for world.size() ranks, and must
@@ -98,6 +107,16 @@ class Engine {
   };
   [[nodiscard]] NoSync no_sync();
 
+  // Checkpoints (docs/checkpoints.md). Collective: every rank calls them, with the same arguments,
+  // on a directory every rank sees. save_checkpoint writes DIR/TAG (default "global_step<N>")
+  // atomically, then DIR/latest, and returns the tag; `client_state` is a JSON object stored with
+  // it. A checkpoint loads at any world size and stage: fragments are keyed by parameter name and
+  // element range. load_checkpoint returns the client state (JSON text); every problem is an error
+  // naming the file, and the parameter where there is one.
+  std::string save_checkpoint(const std::string& dir, const std::string& tag = "",
+                              const std::string& client_state = "{}");
+  std::string load_checkpoint(const std::string& dir, const LoadOptions& options = {});
+
   int64_t global_steps() const;    // applied or skipped optimizer steps
   int64_t global_samples() const;  // global_steps × train_batch_size
   int64_t skipped_steps() const;   // fp16 overflows
@@ -118,6 +137,8 @@ class Engine {
  private:
   // All-gathers bucket b's updated shards into every rank's parameters.
   void gather_bucket(int b);
+  // The owned master shards into this rank's parameters, then all-gathered (after a step or a load).
+  void publish_master();
 
   struct State;
   std::unique_ptr<State> state_;

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/engine_state.h"
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
 #include "optim/flat_optimizer.h"
@@ -120,29 +121,6 @@ std::vector<optim::DecayRun> decay_runs(const engine::FlatParams& flat, int owne
 
 }  // namespace
 
-struct Engine::State {
-  const Config config;
-  World& world;
-  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
-  CountingCommunicator comm;
-  std::unique_ptr<engine::FlatParams> flat;
-  std::unique_ptr<engine::GradReducer> reducer;
-  at::Tensor master;  // fp32, the owned shards of every bucket, bucket after bucket
-  std::unique_ptr<optim::FlatOptimizer> optimizer;
-  LrSchedule schedule;
-  LossScaler scaler;
-  int owner_rank = 0;  // which shard of each bucket this rank owns (0 at stage 0: all of it)
-  int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0, applied_steps = 0;
-  bool step_applied = false;
-  double grad_norm = 0;
-  std::vector<std::string> warnings;
-  torch::nn::Module* model = nullptr;
-  bool no_sync = false;             // inside a NoSync
-  bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
-
-  State(const Config& c, World& w)
-      : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
-};
 
 // At most allgather_bucket_size elements per collective: a piece takes the same columns of every
 // rank's shard.
@@ -163,6 +141,18 @@ void Engine::gather_bucket(int b) {
     at::Tensor piece = staging.narrow(0, 0, n * width);
     s.comm.all_gather(rows[s.owner_rank].narrow(0, offset, width), piece, {.async = false});
     rows.narrow(1, offset, width).copy_(piece.view({n, width}));
+  }
+}
+
+void Engine::publish_master() {
+  State& s = *state_;
+  // The owned master shards into the parameters, then every rank's shards to every rank.
+  const auto& buckets = s.flat->layout().buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
+    at::Tensor shard = s.flat->shard(buffer, static_cast<int>(b), s.owner_rank);
+    shard.copy_(s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard));
+    if (s.flat->layout().world_size() > 1) gather_bucket(static_cast<int>(b));
   }
 }
 
@@ -189,6 +179,11 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   s.owner_rank = partitions == 1 ? 0 : world.rank();
   s.flat =
       std::make_unique<engine::FlatParams>(trainable_parameters(model), partitions, config.zero.reduce_bucket_size);
+  {
+    std::unordered_map<const void*, std::string> name_of;  // a tied parameter keeps its first name
+    for (const auto& item : model.named_parameters()) name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
+    for (const auto& p : s.flat->params()) s.param_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
+  }
   std::optional<at::ScalarType> wire;
   switch (config.communication_data_type) {
     case CommDType::kFp32:
@@ -292,14 +287,7 @@ void Engine::step() {
                            .step = s.applied_steps + 1};
   if (auto betas = s.schedule.betas()) std::tie(params.beta1, params.beta2) = *betas;
   s.optimizer->step(s.master, grads, params);
-  // The updated shards back into the parameters, then every rank's shards to every rank.
-  const auto& buckets = s.flat->layout().buckets();
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
-    at::Tensor shard = s.flat->shard(buffer, static_cast<int>(b), s.owner_rank);
-    shard.copy_(s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard));
-    if (s.flat->layout().world_size() > 1) gather_bucket(static_cast<int>(b));
-  }
+  publish_master();
   s.schedule.step();
   s.scaler.update(false);
   s.reducer->zero();

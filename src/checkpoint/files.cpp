@@ -1,0 +1,125 @@
+#include "checkpoint/files.h"
+
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "zero/error.h"
+
+namespace zero::checkpoint {
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error(path + ": " + what + ": " + std::strerror(errno), path);
+}
+
+}  // namespace
+
+HashingWriter::HashingWriter(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path_, "cannot create the file");
+  state_ = XXH3_createState();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+HashingWriter::~HashingWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
+
+void HashingWriter::write(const void* data, uint64_t bytes) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, bytes);
+  const char* p = static_cast<const char*>(data);
+  for (uint64_t left = bytes; left > 0;) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(path_, "write failed");
+    p += n;
+    left -= static_cast<uint64_t>(n);
+  }
+  bytes_ += bytes;
+}
+
+FileDigest HashingWriter::finish() {
+  if (::fsync(fd_) != 0) fail(path_, "fsync failed");
+  if (::close(fd_) != 0) fail(path_, "close failed");
+  fd_ = -1;
+  return {bytes_, XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_))};
+}
+
+FileDigest digest_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open the file");
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buffer(1 << 20);
+  uint64_t bytes = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      XXH3_freeState(state);
+      fail(path, "read failed");
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(n));
+    bytes += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  const FileDigest digest{bytes, XXH3_64bits_digest(state)};
+  XXH3_freeState(state);
+  return digest;
+}
+
+std::string hex(uint64_t value) { return fmt::format("{:016x}", value); }
+
+void read_at(int fd, const std::string& path, uint64_t offset, void* out, uint64_t bytes) {
+  char* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, "read failed");
+    if (n == 0) throw Error(path + ": file ends before byte " + std::to_string(offset + bytes), path);
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<uint64_t>(n);
+  }
+}
+
+void fsync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open the directory");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail(path, "fsync of the directory failed");
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string partial = path + ".partial";
+  {
+    HashingWriter writer(partial);
+    writer.write(text.data(), text.size());
+    writer.finish();
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) fail(path, "cannot rename " + partial + " to it");
+  const auto slash = path.rfind('/');
+  fsync_directory(slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash));
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the file", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace zero::checkpoint

@@ -1,0 +1,45 @@
+// Engine::State — what an engine holds, shared by engine.cpp and engine_checkpoint.cpp.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/flat_params.h"
+#include "engine/grad_reducer.h"
+#include "optim/flat_optimizer.h"
+#include "zero/comm_stats.h"
+#include "zero/engine.h"
+#include "zero/loss_scaler.h"
+#include "zero/lr_schedule.h"
+
+namespace zero {
+
+struct Engine::State {
+  const Config config;
+  World& world;
+  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
+  CountingCommunicator comm;
+  std::unique_ptr<engine::FlatParams> flat;
+  std::unique_ptr<engine::GradReducer> reducer;
+  at::Tensor master;  // fp32, the owned shards of every bucket, bucket after bucket
+  std::unique_ptr<optim::FlatOptimizer> optimizer;
+  LrSchedule schedule;
+  LossScaler scaler;
+  int owner_rank = 0;  // which shard of each bucket this rank owns (0 at stage 0: all of it)
+  int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0, applied_steps = 0;
+  bool step_applied = false;
+  double grad_norm = 0;
+  std::vector<std::string> warnings;
+  std::vector<std::string> param_names;  // of flat->params(), from the module (checkpoints)
+  torch::nn::Module* model = nullptr;
+  bool no_sync = false;             // inside a NoSync
+  bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
+
+  State(const Config& c, World& w)
+      : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
+};
+
+}  // namespace zero

@@ -1,0 +1,211 @@
+// Engine checkpoints: resuming is bitwise exact at the same world size (stages 0-2, fp16 scaler
+// state included); a checkpoint loads at another world size and stage; corrupt, truncated and
+// missing files, and mismatched parameter names, are errors naming the file or the parameter.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/dist/dist_test_world.h"
+#include "tests/dist/engine_test_util.h"
+#include "zero/engine.h"
+#include "zero/error.h"
+
+using engine_test::Mlp;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A directory shared by the ranks of this job (named after rank 0's pid), removed at the end.
+struct JobDir {
+  fs::path path;
+  explicit JobDir(const std::string& name) {
+    at::Tensor pid = torch::full({1}, static_cast<int64_t>(getpid()), torch::kLong);
+    test_world().communicator().broadcast(pid, 0, {.async = false});
+    path = fs::temp_directory_path() / ("zero_ckpt_" + name + "." + std::to_string(pid.item<int64_t>()));
+  }
+  ~JobDir() {
+    test_world().communicator().barrier({.async = false});
+    if (test_world().rank() == 0) fs::remove_all(path);
+  }
+};
+
+std::string config(int stage, bool fp16 = false) {
+  std::string fp16_block =
+      fp16 ? R"(, "fp16": {"enabled": true, "initial_scale_power": 24, "loss_scale_window": 3})" : "";
+  return R"({"train_batch_size": 48, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "reduce_bucket_size": 100},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+             "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01,
+                                                          "warmup_num_steps": 8}})" +
+         fp16_block + "}";
+}
+
+// A model and its engine, trained on the same global batches whatever the world.
+struct Session {
+  std::shared_ptr<Mlp> model;
+  std::unique_ptr<zero::Engine> engine;
+  zero::World& world;
+  zero::Config cfg;
+  Session(const std::string& json, zero::World& w, uint64_t init_seed = 42, bool fp16 = false) : world(w) {
+    cfg = zero::Config::parse(json);
+    cfg.resolve({.world_size = w.size()});
+    torch::manual_seed(init_seed);
+    model = std::make_shared<Mlp>(fp16);
+    engine = std::make_unique<zero::Engine>(*model, cfg, w);
+  }
+  // Global mean losses of steps [from, to).
+  std::vector<double> run(int from, int to) {
+    std::vector<double> losses;
+    const int64_t micro = cfg.train_micro_batch_size_per_gpu, ranks = world.size();
+    for (int step = from; step < to; ++step) {
+      torch::manual_seed(1000 + step);
+      at::Tensor x = torch::randn({engine_test::kGlobalBatch, 16}), y = engine_test::teacher(x);
+      double sum = 0;
+      for (int64_t m = 0; m < cfg.gradient_accumulation_steps; ++m) {
+        const int64_t first = (m * ranks + world.rank()) * micro;
+        at::Tensor xs = x.narrow(0, first, micro), ys = y.narrow(0, first, micro);
+        at::Tensor loss = engine->forward([&] { return model->loss(xs, ys); });
+        engine->backward(loss);
+        engine->step();
+        sum += loss.item<double>();
+      }
+      at::Tensor mean = torch::full({1}, sum / static_cast<double>(cfg.gradient_accumulation_steps), torch::kDouble);
+      world.communicator().all_reduce(mean, zero::ReduceOp::kAvg, {.async = false});
+      losses.push_back(mean.item<double>());
+    }
+    return losses;
+  }
+};
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const zero::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(EngineCheckpoint, ResumeIsBitwiseExactAtTheSameWorldSize) {
+  for (auto [stage, fp16] : {std::pair{0, false}, {1, false}, {2, false}, {2, true}}) {
+    JobDir dir("resume");
+    Session straight(config(stage, fp16), test_world(), 42, fp16);
+    straight.run(0, 5);
+    const double scale_at_save = straight.engine->loss_scale();
+    const std::string tag = straight.engine->save_checkpoint(dir.path.string(), "", R"({"next_step": 5})");
+    EXPECT_EQ(tag, "global_step5");
+    const std::vector<double> expected = straight.run(5, 10);
+
+    Session resumed(config(stage, fp16), test_world(), 7, fp16);  // other initial weights: all must come from the file
+    EXPECT_EQ(resumed.engine->load_checkpoint(dir.path.string()), R"({"next_step":5})");
+    EXPECT_EQ(resumed.engine->global_steps(), 5);
+    EXPECT_EQ(resumed.engine->loss_scale(), scale_at_save);
+    const std::vector<double> got = resumed.run(5, 10);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], expected[i]) << "stage " << stage << " fp16 " << fp16 << " step " << i + 5;
+    EXPECT_EQ(resumed.engine->loss_scale(), straight.engine->loss_scale());
+    EXPECT_EQ(resumed.engine->get_lr(), straight.engine->get_lr());
+    if (fp16) EXPECT_GT(straight.engine->skipped_steps(), 0) << "the scaler state was not exercised";
+  }
+}
+
+TEST(EngineCheckpoint, LoadsAtAnotherWorldSizeAndStage) {
+  JobDir dir("anywhere");
+  // Saved by every rank of this job at stage 2; loaded by one process at stages 0 and 1.
+  Session straight(config(2), test_world());
+  straight.run(0, 4);
+  straight.engine->save_checkpoint(dir.path.string());
+  const std::vector<double> expected = straight.run(4, 8);
+  zero::World single = zero::World::single_process();
+  for (int stage : {0, 1}) {
+    Session other(config(stage), single, 9);
+    other.engine->load_checkpoint(dir.path.string());
+    const std::vector<double> got = other.run(4, 8);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << "stage " << stage;
+  }
+  // The reverse: one process saves at stage 0, every rank loads at stage 2.
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() == 0) {
+    Session one(config(0), single);
+    one.run(0, 4);
+    one.engine->save_checkpoint((dir.path / "from_one").string(), "four");
+  }
+  test_world().communicator().barrier({.async = false});
+  Session many(config(2), test_world(), 11);
+  zero::LoadOptions options;
+  options.tag = "four";
+  many.engine->load_checkpoint((dir.path / "from_one").string(), options);
+  const std::vector<double> got = many.run(4, 8);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << "into stage 2";
+}
+
+TEST(EngineCheckpoint, DamagedFilesAndNamesAreClearErrors) {
+  if (test_world().rank() != 0) return;  // one process, its own files
+  zero::World single = zero::World::single_process();
+  const fs::path dir = fs::temp_directory_path() / ("zero_ckpt_damage." + std::to_string(getpid()));
+  Session s(config(1), single);
+  s.run(0, 2);
+  s.engine->save_checkpoint(dir.string(), "good");
+  const fs::path shard = dir / "good" / "rank0.bin";
+  const fs::path pristine = dir / "pristine.bin";
+  fs::copy_file(shard, pristine);
+  auto load = [&] { return error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); }); };
+  EXPECT_EQ(load(), "");
+
+  {  // one flipped bit
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  std::string e = load();
+  EXPECT_NE(e.find(shard.string() + ": checksum mismatch"), std::string::npos) << e;
+  fs::resize_file(shard, fs::file_size(pristine) - 8);
+  e = load();
+  EXPECT_NE(e.find(shard.string() + ": " + std::to_string(fs::file_size(pristine) - 8) + " bytes, the manifest says"),
+            std::string::npos)
+      << e;
+  fs::remove(shard);
+  e = load();
+  EXPECT_NE(e.find(shard.string() + ": cannot open the file"), std::string::npos) << e;
+  fs::copy_file(pristine, shard);
+  EXPECT_EQ(load(), "");
+
+  // An interrupted later save leaves a partial directory: `latest` still names the good one.
+  fs::create_directories(dir / "global_step9.partial");
+  std::ofstream(dir / "global_step9.partial" / "rank0.bin") << "half";
+  EXPECT_EQ(load(), "");
+  EXPECT_EQ(s.engine->save_checkpoint(dir.string()), "global_step2");
+  EXPECT_FALSE(fs::exists(dir / "global_step2.partial"));
+
+  // Names: a model whose parameters are called differently.
+  struct Renamed : torch::nn::Module {
+    Renamed() {
+      a = register_module("fc1", torch::nn::Linear(16, 32));
+      b = register_module("out", torch::nn::Linear(32, 8));
+    }
+    torch::nn::Linear a{nullptr}, b{nullptr};
+  };
+  Renamed renamed;
+  zero::Config cfg = zero::Config::parse(config(1));
+  cfg.resolve({.world_size = 1});
+  zero::Engine engine(renamed, cfg, single);
+  e = error_of([&] { engine.load_checkpoint(dir.string()); });
+  EXPECT_NE(e.find("parameter names differ"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing from the checkpoint: out.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("not in the model: fc2.bias"), std::string::npos) << e;
+  zero::LoadOptions lenient;
+  lenient.strict = false;
+  EXPECT_EQ(error_of([&] { engine.load_checkpoint(dir.string(), lenient); }), "");
+  EXPECT_TRUE(renamed.a->weight.equal(s.model->fc1->weight)) << "fc1 loads by name";
+  fs::remove_all(dir);
+}
