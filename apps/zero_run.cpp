@@ -22,11 +22,23 @@
 namespace {
 
 pid_t g_mpirun = -1;
-volatile sig_atomic_t g_stopped_by = 0;  // the signal the user sent us, if any
+volatile sig_atomic_t g_stopped_by = 0;  // the first signal the user sent us, if any
+int g_stop_grace_s = 60;
 
-void forward_to_mpirun(int signal_number) {
-  g_stopped_by = signal_number;
-  if (g_mpirun > 0) kill(g_mpirun, signal_number);
+// The first Ctrl-C (or SIGTERM) asks every rank to stop: SIGUSR1 to mpirun, which forwards it to
+// the rank wrappers, which give their programs SIGINT (zero-train then saves and exits). A second
+// one, or the grace period running out (SIGALRM), makes mpirun kill the job.
+void on_signal(int signal_number) {
+  if (g_mpirun <= 0) return;
+  if (g_stopped_by == 0 && signal_number != SIGALRM) {
+    g_stopped_by = signal_number;
+    static const char kNote[] = "\nzero-run: asking every rank to stop (again to kill the job)\n";
+    (void)!write(STDERR_FILENO, kNote, sizeof kNote - 1);
+    kill(g_mpirun, SIGUSR1);
+    alarm(static_cast<unsigned>(g_stop_grace_s));
+    return;
+  }
+  kill(g_mpirun, SIGINT);
 }
 
 // The .deepspeed_env files DeepSpeed reads: $DS_ENV_FILE, ~/.deepspeed_env, ./.deepspeed_env.
@@ -59,9 +71,10 @@ int run_mpirun(const std::vector<std::string>& argv) {
   }
   if (g_mpirun < 0) throw zero::Error(std::string("fork failed: ") + strerror(errno), "mpirun");
   struct sigaction action {};
-  action.sa_handler = forward_to_mpirun;
+  action.sa_handler = on_signal;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGALRM, &action, nullptr);
   int status = 0;
   while (waitpid(g_mpirun, &status, 0) < 0 && errno == EINTR) {
   }
@@ -103,6 +116,9 @@ int main(int argc, char** argv) {
   app.add_option("--env", env_flags, "KEY=VALUE exported to every rank (repeatable)")
       ->allow_extra_args(false);  // one KEY=VALUE per --env: the program's arguments follow
   app.add_option("--log-dir", o.log_dir, "write each rank's output to DIR/rank.N.log as well");
+  app.add_option("--stop-grace", g_stop_grace_s, "seconds the ranks get to stop after Ctrl-C before the job is killed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   app.add_flag("--dry-run", dry_run, "print the mpirun command and exit");
   CLI11_PARSE(app, argc, argv);
   o.program = app.remaining();
@@ -144,9 +160,9 @@ int main(int argc, char** argv) {
                  failures.size(), plan.total_procs);
       return first->signaled ? 128 + first->code : first->code;
     }
-    if (status != 0 && g_stopped_by != 0) {
-      // mpirun reports an interrupted job as failed even when every rank ended cleanly.
-      fmt::print(stderr, "zero-run: stopped by {}; every rank exited cleanly\n", strsignal(g_stopped_by));
+    if (g_stopped_by != 0) {
+      fmt::print(stderr, "zero-run: stopped by {}{}\n", strsignal(g_stopped_by),
+                 status == 0 ? "; every rank exited with status 0" : "");
       return 128 + g_stopped_by;
     }
     if (status != 0) fmt::print(stderr, "zero-run: mpirun failed with status {}\n", status);

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", o.tokenizer, "llm.c tokenizer file, to print GPT-2 samples as text")
       ->check(CLI::ExistingFile);
   app.add_option("--export", o.export_path, "write the trained weights as an llm.c checkpoint");
+  app.add_option("--save-dir", o.save_dir, "checkpoint directory (saves at the end and on Ctrl-C)");
+  app.add_option("--save-every", o.save_every, "also save every K steps")->capture_default_str();
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir, if there is one");
   bool no_bar = false;
   app.add_flag("--no-progress", no_bar, "no progress bar, even on a terminal");
   CLI11_PARSE(app, argc, argv);

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "models/gpt/builtin_corpus.h"
@@ -97,7 +99,7 @@ class Report {
   void progress(int64_t done, double step_seconds) {
     if (!out_ || !bar_) return;
     elapsed_ += step_seconds;
-    const double seconds_per_step = elapsed_ / static_cast<double>(done);
+    const double seconds_per_step = elapsed_ / static_cast<double>(++timed_);
     const int width = 30, filled = static_cast<int>(width * done / steps_);
     const auto eta = static_cast<int64_t>(seconds_per_step * static_cast<double>(steps_ - done));
     fmt::print(out_, "\r[{}{}] {}/{} eta {}m{:02d}s", std::string(static_cast<size_t>(filled), '#'),
@@ -113,6 +115,7 @@ class Report {
   bool bar_;
   int64_t steps_;
   double elapsed_ = 0;
+  int64_t timed_ = 0;  // steps run by this process (a resumed run starts later)
 };
 
 struct Run {
@@ -213,8 +216,25 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
                   data.has_val ? fmt::format(", validation {} tokens", data.val.tokens()) : ""));
 
   TrainerResult result;
+  int64_t start_step = 0;
+  if (options.resume) {
+    if (options.save_dir.empty()) throw Error("--resume needs --save-dir (where the checkpoints are)", "--resume");
+    if (std::filesystem::exists(std::filesystem::path(options.save_dir) / "latest")) {
+      const auto client = nlohmann::json::parse(engine.load_checkpoint(options.save_dir));
+      start_step = client.at("step").get<int64_t>();
+      result.first_step = start_step + 1;
+      report.line(fmt::format("zero-train: resumed from {} at step {}", options.save_dir, start_step));
+    } else {
+      report.line(fmt::format("zero-train: --resume: no checkpoint in {} yet, starting at step 0", options.save_dir));
+    }
+  }
+  auto save = [&](int64_t steps_done) {
+    const nlohmann::json client = {{"step", steps_done}, {"shuffle", options.shuffle}, {"seq", seq}};
+    result.saved.push_back(engine.save_checkpoint(options.save_dir, "", client.dump()));
+    report.line(fmt::format("zero-train: saved {}/{}", options.save_dir, result.saved.back()));
+  };
   SignalScope signals(options.stop_on_signal);
-  for (int64_t step = 0; step < options.steps; ++step) {
+  for (int64_t step = start_step; step < options.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
     for (int64_t m = 0; m < accumulation; ++m) {
@@ -257,7 +277,12 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
       report.line(fmt::format("sample {:4d}/{} ---\n{}\n---", step + 1, options.steps, result.samples.back()));
     }
     report.progress(step + 1, seconds);
-    if (shared[1].item<double>() > 0) {
+    const bool stop = shared[1].item<double>() > 0;
+    if (!options.save_dir.empty() &&
+        (last || stop || (options.save_every > 0 && (step + 1) % options.save_every == 0))) {
+      save(step + 1);
+    }
+    if (stop) {
       result.interrupted = true;
       report.line(fmt::format("zero-train: stopped by a signal after step {}", step + 1));
       break;

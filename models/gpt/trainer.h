@@ -41,8 +41,13 @@ struct TrainerOptions {
   int64_t eval_batches = 4;
   int64_t sample_every = 0;  // 0: no samples
   SampleOptions sample;
-  std::string prompt;           // bytes; empty: the first tokens of the validation (or training) data
-  std::string export_path;      // an llm.c checkpoint written at the end
+  std::string prompt;       // bytes; empty: the first tokens of the validation (or training) data
+  std::string export_path;  // an llm.c checkpoint written at the end
+  // Engine checkpoints (Engine::save_checkpoint): every save_every steps (0: never), at the end,
+  // and when stopped by a signal. resume: continue from save_dir's latest checkpoint, if any.
+  std::string save_dir;
+  int64_t save_every = 0;
+  bool resume = false;
   bool progress_bar = false;    // a live bar under the step lines (the CLI sets it for a terminal)
   bool stop_on_signal = false;  // SIGINT/SIGTERM end the run after the current step
 };
@@ -56,7 +61,9 @@ struct TrainerResult {
   std::vector<StepLog> steps;
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss)
   std::vector<std::string> samples;
+  int64_t first_step = 1;  // > 1 when resumed
   bool interrupted = false;
+  std::vector<std::string> saved;  // checkpoint tags written
 };
 
 // The DeepSpeed config used when none is given.

@@ -109,6 +109,9 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   // Note: ranks pick their own threads (one per rank here); MPI's default core binding would
   // pin several ranks' threads onto the cores it chose, or fail when oversubscribed.
   argv.insert(argv.end(), {"--bind-to", "none"});
+  // Ctrl-C under zero-run is a graceful stop: mpirun forwards SIGUSR1 to the rank wrappers only
+  // (not their children), and each wrapper turns it into SIGINT for its program's process group.
+  argv.insert(argv.end(), {"--mca", "odls_base_signal_direct_children_only", "1"});
 
   std::vector<std::pair<std::string, std::string>> env = {
       {"MASTER_ADDR", o.master_addr.empty() ? (local ? "127.0.0.1" : plan.hosts[0].host) : o.master_addr},

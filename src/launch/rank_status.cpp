@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,10 +18,12 @@
 namespace zero::launch {
 namespace {
 
-pid_t g_child = -1;  // the wrapped program, for the signal handler
+pid_t g_child = -1;  // the wrapped program (leader of its own process group), for the signal handler
 
+// Signals go to the program's whole process group, as a terminal's Ctrl-C would (a script's
+// children stop too). SIGUSR1 is zero-run's "stop please", forwarded by mpirun: it becomes SIGINT.
 void forward_signal(int signal_number) {
-  if (g_child > 0) kill(g_child, signal_number);
+  if (g_child > 0) kill(-g_child, signal_number == SIGUSR1 ? SIGINT : signal_number);
 }
 
 int64_t now_ns() {
@@ -99,6 +102,11 @@ int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
   }
   g_child = fork();
   if (g_child == 0) {
+    setpgid(0, 0);
+    // If mpirun kills this wrapper (SIGKILL on abort reaches only direct children), the program
+    // must not live on as an orphan.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) _exit(137);
     if (log_fd >= 0) {
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
@@ -114,10 +122,12 @@ int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
     fmt::print(stderr, "zero-run: rank {}: fork failed: {}\n", rank, strerror(errno));
     return 1;
   }
+  setpgid(g_child, g_child);  // also here: the handler may run before the child has done it
   struct sigaction action {};
   action.sa_handler = forward_signal;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
   if (log_fd >= 0) {  // copy the child's stdout and stderr to ours and to the log until both close
     close(out_pipe[1]);
     close(err_pipe[1]);

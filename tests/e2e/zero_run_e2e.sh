@@ -74,9 +74,33 @@ else
   bad "ctrl_c: status $status, ranks alive: $alive, ${elapsed}s"$'\n'"$(cat "$tmp/int.out")"
 fi
 
+# A program that ignores the stop request is killed when --stop-grace runs out.
+cat > "$tmp/stubborn.sh" <<'SH'
+#!/usr/bin/env bash
+trap '' INT
+echo $$ > "$1/stubborn.$OMPI_COMM_WORLD_RANK"
+for _ in $(seq 600); do sleep 0.1; done
+SH
+chmod +x "$tmp/stubborn.sh"
+"$bin/zero-run" -n 2 --stop-grace 2 "$tmp/stubborn.sh" "$tmp/pids" > "$tmp/stubborn.out" 2>&1 &
+launcher=$!
+for _ in $(seq 50); do [[ -f $tmp/pids/stubborn.0 && -f $tmp/pids/stubborn.1 ]] && break; sleep 0.2; done
+start=$(date +%s)
+kill -INT "$launcher"
+wait "$launcher"
+status=$?
+elapsed=$(( $(date +%s) - start ))
+alive=0
+for f in "$tmp"/pids/stubborn.*; do kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
+if [[ $status -ne 0 && $alive -eq 0 && $elapsed -ge 2 && $elapsed -lt 20 ]] && grep -q "asking every rank to stop" "$tmp/stubborn.out"; then
+  say "ok   stop_grace (${elapsed}s, status $status)"
+else
+  bad "stop_grace: status $status, ranks alive: $alive, ${elapsed}s"$'\n'"$(cat "$tmp/stubborn.out")"
+fi
+
 # Dry run prints the exact mpirun command.
 out=$("$bin/zero-run" -n 2 --dry-run ./train --config ds.json 2>&1)
-grep -qE '^mpirun .*--bind-to none -np 2 .*--rank-wrapper .* -- \./train --config ds\.json$' <<<"$out" && say "ok   dry_run" || bad "dry_run: $out"
+grep -qE '^mpirun .*--bind-to none --mca odls_base_signal_direct_children_only 1 -np 2 .*--rank-wrapper .* -- \./train --config ds\.json$' <<<"$out" && say "ok   dry_run" || bad "dry_run: $out"
 printf 'worker-1 slots=2\nworker-2 slots=2\n' > "$tmp/hosts"
 out=$("$bin/zero-run" --hostfile "$tmp/hosts" --include 'worker-2:1' --dry-run ./train 2>&1)
 grep -q -- '-np 1 -H worker-2:1 -x CUDA_VISIBLE_DEVICES=1' <<<"$out" && say "ok   dry_run_hostfile" || bad "dry_run_hostfile: $out"

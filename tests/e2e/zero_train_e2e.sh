@@ -31,6 +31,34 @@ for case in "2 2" "3 1"; do
   fi
 done
 awk 'NR == 1 { first = $1 } END { exit !($1 < first) }' <<<"$reference" && echo "ok   loss falls" || { echo "FAIL loss does not fall"; fail=1; }
+# Ctrl-C saves and stops; --resume continues with the same losses as a run never stopped.
+steps() {  # the "step N loss" pairs of a log
+  awk '/^step/ { split($2, s, "/"); print s[1], $5 }' "$1"
+}
+args=(--config "$(config 2)" --text "$src/README.md" --layers 2 --heads 2 --channels 32 --max-seq 16 --no-progress)
+"$bin/zero-run" -n 2 "$bin/zero-train" "${args[@]}" --steps 300 > "$tmp/straight.log" 2>&1
+"$bin/zero-run" -n 2 "$bin/zero-train" "${args[@]}" --steps 1000000 --save-dir "$tmp/ckpt" > "$tmp/stopped.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do grep -q '^step *20/' "$tmp/stopped.log" && break; sleep 0.1; done
+kill -INT "$launcher"
+wait "$launcher"
+status=$?
+stopped_at=$(sed -n 's/^zero-train: stopped by a signal after step //p' "$tmp/stopped.log")
+if [[ $status -eq 130 && -n $stopped_at && $stopped_at -lt 300 && -f $tmp/ckpt/latest ]] &&
+   grep -q "zero-train: saved $tmp/ckpt/global_step$stopped_at" "$tmp/stopped.log"; then
+  echo "ok   ctrl_c saved at step $stopped_at"
+  "$bin/zero-run" -n 2 "$bin/zero-train" "${args[@]}" --steps 300 --save-dir "$tmp/ckpt" --resume > "$tmp/resumed.log" 2>&1
+  if grep -q "resumed from $tmp/ckpt at step $stopped_at" "$tmp/resumed.log" &&
+     [[ $(steps "$tmp/resumed.log" | head -1 | cut -d' ' -f1) -eq $((stopped_at + 1)) ]] &&
+     diff <(steps "$tmp/straight.log" | awk -v s="$stopped_at" '$1 > s') <(steps "$tmp/resumed.log") > "$tmp/diff"; then
+    echo "ok   resume: steps $((stopped_at + 1))-300 print the same losses as the run never stopped"
+  else
+    echo "FAIL resume"; cat "$tmp/resumed.log" "$tmp/diff"; fail=1
+  fi
+else
+  echo "FAIL ctrl_c: status $status, stopped at '$stopped_at'"; cat "$tmp/stopped.log"; fail=1
+fi
+
 out=$("$bin/zero-train" --config "$(config 0)" --text "$src/README.md" --vocab 100 2>&1)
 [[ $? -ne 0 ]] && grep -q -- "train bytes: the model needs V = 256" <<<"$out" && echo "ok   bad vocab" || { echo "FAIL bad vocab: $out"; fail=1; }
 exit $fail

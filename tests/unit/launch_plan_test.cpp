@@ -69,7 +69,7 @@ TEST(LaunchPlan, LocalRun) {
   LaunchOptions o = base();
   o.num_procs = 3;
   LaunchPlan p = plan_launch(o);
-  EXPECT_EQ(shell_join(p.argv), "mpirun --bind-to none -np 3 " + kLocalEnv + " " + kWrapped);
+  EXPECT_EQ(shell_join(p.argv), "mpirun --bind-to none --mca odls_base_signal_direct_children_only 1 -np 3 " + kLocalEnv + " " + kWrapped);
   EXPECT_TRUE(p.warnings.empty());
 }
 
@@ -80,7 +80,7 @@ TEST(LaunchPlan, RootAndOversubscription) {
   o.as_root = true;
   LaunchPlan p = plan_launch(o);
   EXPECT_EQ(shell_join(p.argv),
-            "mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 " + kLocalEnv + " " + kWrapped);
+            "mpirun --allow-run-as-root --oversubscribe --bind-to none --mca odls_base_signal_direct_children_only 1 -np 4 " + kLocalEnv + " " + kWrapped);
   ASSERT_EQ(p.warnings.size(), 1u);
   EXPECT_NE(p.warnings[0].find("oversubscribing"), std::string::npos);
 }
@@ -93,7 +93,7 @@ TEST(LaunchPlan, EnvLogDirAndQuoting) {
   o.master_port = 1234;
   o.program = {"./train", "it's"};
   EXPECT_EQ(shell_join(plan_launch(o).argv),
-            "mpirun --bind-to none -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=1234 -x NCCL_DEBUG=INFO -x 'MSG=hello "
+            "mpirun --bind-to none --mca odls_base_signal_direct_children_only 1 -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=1234 -x NCCL_DEBUG=INFO -x 'MSG=hello "
             "world' "
             "/bin/zero-run --rank-wrapper --status-dir /tmp/s --log-dir /tmp/logs -- ./train 'it'\\''s'");
 }
@@ -102,7 +102,7 @@ TEST(LaunchPlan, HostfileUsesEveryHost) {
   LaunchPlan p = plan_launch(with_hostfile());
   EXPECT_EQ(p.total_procs, 10);
   EXPECT_EQ(shell_join(p.argv),
-            "mpirun --bind-to none"
+            "mpirun --bind-to none --mca odls_base_signal_direct_children_only 1"
             " -np 4 -H worker-1:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " +
                 kClusterEnv + " " + kWrapped + " : -np 4 -H worker-2:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " + kClusterEnv +
                 " " + kWrapped + " : -np 2 -H worker-3:2 -x CUDA_VISIBLE_DEVICES=0,1 " + kClusterEnv + " " + kWrapped);
@@ -114,7 +114,7 @@ TEST(LaunchPlan, IncludeHostsAndSlots) {
   LaunchPlan p = plan_launch(o);
   EXPECT_EQ(p.total_procs, 6);
   EXPECT_EQ(shell_join(p.argv),
-            "mpirun --bind-to none"
+            "mpirun --bind-to none --mca odls_base_signal_direct_children_only 1"
             " -np 4 -H worker-1:4 -x CUDA_VISIBLE_DEVICES=0,1,2,3 " +
                 kClusterEnv + " " + kWrapped + " : -np 2 -H worker-2:2 -x CUDA_VISIBLE_DEVICES=0,2 " + kClusterEnv +
                 " " + kWrapped);
@@ -154,7 +154,7 @@ TEST(LaunchPlan, IncludeOnLocalhost) {
   o.include = "localhost:1,3";
   LaunchPlan p = plan_launch(o);
   EXPECT_EQ(shell_join(p.argv),
-            "mpirun --bind-to none -np 2 -H localhost:2 -x CUDA_VISIBLE_DEVICES=1,3 " + kLocalEnv + " " + kWrapped);
+            "mpirun --bind-to none --mca odls_base_signal_direct_children_only 1 -np 2 -H localhost:2 -x CUDA_VISIBLE_DEVICES=1,3 " + kLocalEnv + " " + kWrapped);
 }
 
 TEST(LaunchPlan, BadRequestsNameTheFlag) {
