@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "models/gpt/sampler.h"
 #include "tests/gpt_reference.h"
 #include "zero/error.h"
 
@@ -69,4 +70,31 @@ TEST(Gpt, ShapeMismatchNamesTheField) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(GptSampler, GreedyIsTheArgmaxAndTopKStaysInTheTopK) {
+  torch::manual_seed(3);
+  Gpt model(kShape);
+  const std::vector<int64_t> prompt = {1, 2, 3};
+  const std::vector<int64_t> greedy =
+      generate(model, prompt, {.tokens = 12, .top_k = 0, .temperature = 1.0, .seed = 0});
+  ASSERT_EQ(greedy.size(), 15u);  // maxT = 8: the context slides
+  EXPECT_EQ(std::vector<int64_t>(greedy.begin(), greedy.begin() + 3), prompt);
+  for (size_t i = 3; i < greedy.size(); ++i) {  // each new token is the argmax given the last maxT before it
+    const size_t from = i > static_cast<size_t>(kShape.max_seq) ? i - kShape.max_seq : 0;
+    at::Tensor context = torch::tensor(std::vector<int64_t>(greedy.begin() + from, greedy.begin() + i)).view({1, -1});
+    EXPECT_EQ(model.forward(context)[0][-1].argmax().item<int64_t>(), greedy[i]) << i;
+  }
+  const SampleOptions top2{.tokens = 30, .top_k = 2, .temperature = 1.0, .seed = 5};
+  const std::vector<int64_t> sampled = generate(model, prompt, top2);
+  EXPECT_EQ(sampled, generate(model, prompt, top2)) << "the same seed draws the same tokens";
+  bool differs_from_greedy = false;
+  for (size_t i = 3; i < sampled.size(); ++i) {
+    const size_t from = i > static_cast<size_t>(kShape.max_seq) ? i - kShape.max_seq : 0;
+    at::Tensor context = torch::tensor(std::vector<int64_t>(sampled.begin() + from, sampled.begin() + i)).view({1, -1});
+    at::Tensor top = std::get<1>(model.forward(context)[0][-1].topk(2));
+    EXPECT_TRUE((top == sampled[i]).any().item<bool>()) << i;
+    differs_from_greedy |= sampled[i] != top[0].item<int64_t>();
+  }
+  EXPECT_TRUE(differs_from_greedy) << "top-2 over 30 tokens never took the second choice";
 }
