@@ -87,6 +87,9 @@ class Engine {
 
   // Discards the gradients accumulated since the last step.
   void zero_grad();
+  // Stage 3 (collective): makes every unit's parameters whole on every rank, to read them (export,
+  // evaluation outside the units); each unit's next forward frees them again. No-op at stages 0-2.
+  void gather_parameters();
   // The module's train / eval mode.
   void train();
   void eval();

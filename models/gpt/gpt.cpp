@@ -74,7 +74,7 @@ Gpt::Gpt(const GptShape& s) : shape(s) {
   wte = register_parameter("wte", normal({s.padded_vocab, s.channels}, 0.02));
   wpe = register_parameter("wpe", normal({s.max_seq, s.channels}, 0.02));
   for (int l = 0; l < s.layers; ++l)
-    blocks.push_back(register_module("h" + std::to_string(l), std::make_shared<GptBlock>(s)));
+    blocks.push_back(register_module("h" + std::to_string(l), std::make_shared<zero::Unit<GptBlock>>(s)));
   lnfw = register_parameter("lnfw", torch::ones({s.channels}));
   lnfb = register_parameter("lnfb", torch::zeros({s.channels}));
 }
@@ -114,7 +114,7 @@ void load_llmc(Gpt& model, const LlmcCheckpoint& checkpoint, const std::string& 
     at::Tensor source = flat.narrow(0, spec.offset, spec.numel()).view(spec.shape);
     if (per_layer(spec)) {
       for (int l = 0; l < s.layers; ++l)
-        block_tensor(*model.blocks[static_cast<size_t>(l)], spec.name).copy_(source[l]);
+        block_tensor(*model.blocks[static_cast<size_t>(l)]->block, spec.name).copy_(source[l]);
     } else {
       root_tensor(model, spec.name).copy_(source);
     }
@@ -130,7 +130,7 @@ std::vector<float> to_llmc_params(const Gpt& model) {
   for (const TensorSpec& spec : checkpoint_tensors(s)) {
     at::Tensor target = flat.narrow(0, spec.offset, spec.numel()).view(spec.shape);
     if (per_layer(spec)) {
-      for (int l = 0; l < s.layers; ++l) target[l].copy_(block_tensor(*m.blocks[static_cast<size_t>(l)], spec.name));
+      for (int l = 0; l < s.layers; ++l) target[l].copy_(block_tensor(*m.blocks[static_cast<size_t>(l)]->block, spec.name));
     } else {
       target.copy_(root_tensor(m, spec.name));
     }

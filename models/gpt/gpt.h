@@ -12,6 +12,7 @@
 #include <string>
 
 #include "models/gpt/llmc_files.h"
+#include "zero/unit.h"
 
 namespace zero::gpt {
 
@@ -33,7 +34,7 @@ struct Gpt : torch::nn::Module {
 
   GptShape shape;
   at::Tensor wte, wpe, lnfw, lnfb;
-  std::vector<std::shared_ptr<GptBlock>> blocks;
+  std::vector<std::shared_ptr<zero::Unit<GptBlock>>> blocks;  // stage 3 shards block by block
 };
 
 // Copies an llm.c checkpoint's weights into `model`; an error naming the file and the field when

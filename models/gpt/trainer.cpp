@@ -290,6 +290,7 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   }
   report.finish();
   if (!options.export_path.empty()) {
+    engine.gather_parameters();  // stage 3: the units' weights are shards until gathered
     if (world.rank() == 0) write_llmc_checkpoint(options.export_path, shape, to_llmc_params(model));
     report.line("zero-train: wrote " + options.export_path);
   }

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "zero/unit.h"
+
 namespace zero::models {
 
 struct TinyTransformerOptions {
@@ -47,7 +49,7 @@ struct TinyTransformer : torch::nn::Module {
     wte = register_module("wte", torch::nn::Embedding(o.vocab, o.channels));
     wpe = register_module("wpe", torch::nn::Embedding(o.max_seq, o.channels));
     for (int64_t l = 0; l < o.layers; ++l)
-      blocks.push_back(register_module("h" + std::to_string(l), std::make_shared<TinyBlock>(o)));
+      blocks.push_back(register_module("h" + std::to_string(l), std::make_shared<zero::Unit<TinyBlock>>(o)));
     lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.channels})));
   }
   // tokens [B, T] (int64) → logits [B, T, vocab]
@@ -62,7 +64,7 @@ struct TinyTransformer : torch::nn::Module {
   }
   TinyTransformerOptions options;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
-  std::vector<std::shared_ptr<TinyBlock>> blocks;
+  std::vector<std::shared_ptr<zero::Unit<TinyBlock>>> blocks;  // stage 3: a unit each
   torch::nn::LayerNorm lnf{nullptr};
 };
 

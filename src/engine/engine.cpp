@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -37,10 +38,6 @@ void check_config(const Config& config, const World& world) {
                     " (Config::from_file or Config::resolve)",
                 config.origin());
   }
-  if (config.zero.stage > 2) {
-    throw Error("zero_optimization.stage 3 is not supported by this engine yet (stages 0, 1 and 2 are)",
-                "zero_optimization.stage");
-  }
   if (config.zero.offload_optimizer.device != OffloadDevice::kNone ||
       config.zero.offload_param.device != OffloadDevice::kNone) {
     throw Error("zero_optimization.offload_optimizer / offload_param are not supported by this engine yet",
@@ -62,6 +59,10 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   note(!z.allgather_partitions, "zero_optimization.allgather_partitions",
        "ignored: partitions are always all-gathered");
   note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
+  note(z.stage == 3, "zero_optimization.stage3_*",
+       "stage 3 gathers each unit on demand: prefetch, stage3_max_live_parameters, stage3_max_reuse_distance, "
+       "stage3_param_persistence_threshold and sub_group_size are not implemented yet (units are gathered one at a "
+       "time, the root unit stays whole)");
   // Stage 2 accumulates in fp32; stages 0/1 accumulate in .grad, which autograd keeps in the
   // model's dtype: with a 16-bit model and several micro-steps that is not the fp32 asked for.
   const bool sixteen_bit = c.bf16 || c.fp16.enabled;
@@ -121,7 +122,6 @@ std::vector<optim::DecayRun> decay_runs(const engine::FlatParams& flat, int owne
 
 }  // namespace
 
-
 // At most allgather_bucket_size elements per collective: a piece takes the same columns of every
 // rank's shard.
 void Engine::gather_bucket(int b) {
@@ -149,9 +149,15 @@ void Engine::publish_master() {
   // The owned master shards into the parameters, then every rank's shards to every rank.
   const auto& buckets = s.flat->layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
+    const at::Tensor source = s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard);
+    if (s.stage3 && !s.stage3->is_root(static_cast<int>(b))) {
+      // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
+      // persistent shard tensor, not into any parameter: their version counters stay.)
+      s.stage3->owned(static_cast<int>(b)).copy_(source);
+      if (s.flat->released(static_cast<int>(b))) continue;  // else: gathered on request, keep it current
+    }
     const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
-    at::Tensor shard = s.flat->shard(buffer, static_cast<int>(b), s.owner_rank);
-    shard.copy_(s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard));
+    s.flat->shard(buffer, static_cast<int>(b), s.owner_rank).copy_(source);
     if (s.flat->layout().world_size() > 1) gather_bucket(static_cast<int>(b));
   }
 }
@@ -177,13 +183,19 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   const int partitions = config.zero.stage == 0 ? 1 : world.size();
   s.owner_rank = partitions == 1 ? 0 : world.rank();
-  s.flat =
-      std::make_unique<engine::FlatParams>(trainable_parameters(model), partitions, config.zero.reduce_bucket_size);
+  std::vector<at::Tensor> params = trainable_parameters(model);
   {
     std::unordered_map<const void*, std::string> name_of;  // a tied parameter keeps its first name
     for (const auto& item : model.named_parameters()) name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
-    for (const auto& p : s.flat->params()) s.param_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
+    for (const auto& p : params) s.param_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
   }
+  const bool stage3 = config.zero.stage == 3;
+  engine::UnitMap units;
+  if (stage3) units = engine::find_units(model, params, s.param_names);
+  // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.
+  s.flat = std::make_unique<engine::FlatParams>(
+      std::move(params), partitions, stage3 ? std::numeric_limits<int64_t>::max() / 4 : config.zero.reduce_bucket_size,
+      units.group_of);
   std::optional<at::ScalarType> wire;
   switch (config.communication_data_type) {
     case CommDType::kFp32:
@@ -198,14 +210,19 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     case CommDType::kModel:
       break;
   }
-  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, config.zero.stage, config.zero.overlap_comm,
-                                                    config.prescale_gradients, config.gradient_predivide_factor, wire,
-                                                    config.zero.reduce_scatter);
+  // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards.
+  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, std::min(config.zero.stage, 2),
+                                                    config.zero.overlap_comm, config.prescale_gradients,
+                                                    config.gradient_predivide_factor, wire, config.zero.reduce_scatter);
   std::vector<at::Tensor> shards;
   for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
     shards.push_back(s.flat->shard(s.flat->buffer(static_cast<int>(b)), static_cast<int>(b), s.owner_rank));
   }
   s.master = at::cat(shards).to(at::kFloat);
+  if (stage3) {
+    s.stage3 = std::make_unique<engine::Stage3>(*s.flat, s.comm, world.rank(), std::move(units));
+    s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
+  }
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
   // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
   optim::ParamFragments fragments;
@@ -237,10 +254,11 @@ void Engine::backward(const at::Tensor& loss) {
   State& s = *state_;
   const bool boundary = is_gradient_accumulation_boundary();
   s.boundary_unreduced = boundary && s.no_sync;
-  s.reducer->begin_backward(!s.no_sync && (s.config.zero.stage == 2 || boundary));
+  s.reducer->begin_backward(!s.no_sync && (s.config.zero.stage >= 2 || boundary));
   // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
   (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward();
   s.reducer->end_backward();
+  if (s.stage3) s.stage3->release_all();  // units whose output never reached the loss
 }
 
 void Engine::step() {
@@ -296,12 +314,16 @@ void Engine::step() {
 }
 
 void Engine::zero_grad() { state_->reducer->zero(); }
+void Engine::gather_parameters() {
+  if (state_->stage3) state_->stage3->gather_all();
+}
 void Engine::train() { state_->model->train(true); }
 void Engine::eval() { state_->model->eval(); }
 
 Engine::NoSync::NoSync(Engine& engine) : engine_(engine) {
   if (engine_.state_->config.zero.stage >= 2) {
-    throw Error("no_sync is incompatible with zero_optimization.stage 2 (gradients are reduced as they are produced)",
+    throw Error("no_sync is incompatible with zero_optimization.stage " +
+                    std::to_string(engine_.state_->config.zero.stage) + " (gradients are reduced as they are produced)",
                 "no_sync", engine_.state_->world.rank());
   }
   engine_.state_->no_sync = true;
@@ -324,7 +346,7 @@ const std::vector<std::string>& Engine::warnings() const { return state_->warnin
 MemoryReport Engine::memory_report() const {
   const State& s = *state_;
   MemoryReport r;
-  r.parameters = s.flat->bytes();
+  r.parameters = s.flat->bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
   r.gradients = s.reducer->gradient_bytes();
   r.master_weights = static_cast<int64_t>(s.master.nbytes());
   r.optimizer_state = s.optimizer->state_bytes();

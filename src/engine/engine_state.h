@@ -9,6 +9,7 @@
 
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
+#include "engine/stage3.h"
 #include "optim/flat_optimizer.h"
 #include "zero/comm_stats.h"
 #include "zero/engine.h"
@@ -24,7 +25,8 @@ struct Engine::State {
   CountingCommunicator comm;
   std::unique_ptr<engine::FlatParams> flat;
   std::unique_ptr<engine::GradReducer> reducer;
-  at::Tensor master;  // fp32, the owned shards of every bucket, bucket after bucket
+  std::unique_ptr<engine::Stage3> stage3;  // stage 3 only; destroyed first (it detaches the units)
+  at::Tensor master;                       // fp32, the owned shards of every bucket, bucket after bucket
   std::unique_ptr<optim::FlatOptimizer> optimizer;
   LrSchedule schedule;
   LossScaler scaler;

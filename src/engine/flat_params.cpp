@@ -1,8 +1,12 @@
 #include "engine/flat_params.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/strides.h>
+
+#include <algorithm>
+#include <map>
 
 #include "zero/error.h"
 
@@ -15,9 +19,17 @@ std::vector<int64_t> numels(const std::vector<at::Tensor>& params) {
   return out;
 }
 
-std::vector<int> reversed(size_t n) {
+// Reverse registration order; with groups, group by group, the group whose first parameter was
+// registered latest first (backward completes it first), reverse order within a group.
+std::vector<int> layout_order(size_t n, const std::vector<int>& groups) {
   std::vector<int> order;
   for (size_t i = n; i-- > 0;) order.push_back(static_cast<int>(i));
+  if (groups.empty()) return order;
+  std::map<int, int> first_registered;
+  for (size_t i = n; i-- > 0;) first_registered[groups[i]] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return first_registered[groups[static_cast<size_t>(a)]] > first_registered[groups[static_cast<size_t>(b)]];
+  });
   return order;
 }
 
@@ -38,11 +50,13 @@ at::ScalarType common_dtype(const std::vector<at::Tensor>& params) {
 
 int64_t alignment_for(at::ScalarType dtype) { return 32 / static_cast<int64_t>(c10::elementSize(dtype)); }
 
-FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements)
+FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements,
+                       const std::vector<int>& groups)
     : params_(std::move(params)),
       layout_(numels(params_), partitions, alignment_for(common_dtype(params_)), bucket_elements,
-              reversed(params_.size())),
-      dtype_(params_[0].scalar_type()) {
+              layout_order(params_.size(), groups), groups),
+      dtype_(params_[0].scalar_type()),
+      released_(layout_.buckets().size(), false) {
   at::NoGradGuard no_grad;
   for (const auto& bucket : layout_.buckets())
     buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
@@ -68,8 +82,25 @@ at::Tensor FlatParams::view_of(const at::Tensor& bucket_buffer, int p) const {
 
 int64_t FlatParams::bytes() const {
   int64_t total = 0;
-  for (const auto& b : buffers_) total += static_cast<int64_t>(b.nbytes());
+  for (size_t b = 0; b < buffers_.size(); ++b) total += released_[b] ? 0 : static_cast<int64_t>(buffers_[b].nbytes());
   return total;
+}
+
+// Through the storage, never by swapping tensors: autograd holds the parameters (and saved views
+// of them), which must keep their identity and see the bytes when they come back.
+void FlatParams::release(int b) {
+  c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
+  storage->set_nbytes(0);
+  released_[static_cast<size_t>(b)] = true;
+}
+
+void FlatParams::materialize(int b) {
+  const size_t bytes = buffers_[static_cast<size_t>(b)].nbytes();
+  c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+  released_[static_cast<size_t>(b)] = false;
 }
 
 }  // namespace zero::engine

@@ -17,8 +17,11 @@ namespace zero::engine {
 class FlatParams {
  public:
   // `params`: distinct trainable parameters of one dtype, in registration order. They are laid
-  // out in reverse order (the order backward produces their gradients).
-  FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements);
+  // out in reverse order (the order backward produces their gradients). With `groups` (stage 3:
+  // the unit of each parameter) every group gets its own bucket, groups ordered by when backward
+  // completes them (the group whose first-registered parameter comes latest goes first).
+  FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements,
+             const std::vector<int>& groups = {});
 
   const layout::BucketLayout& layout() const { return layout_; }
   const std::vector<at::Tensor>& params() const { return params_; }
@@ -26,7 +29,13 @@ class FlatParams {
   // Bucket b's parameter buffer (padded), and `rank`'s shard of it.
   const at::Tensor& buffer(int b) const { return buffers_[static_cast<size_t>(b)]; }
   at::Tensor shard(const at::Tensor& bucket_buffer, int b, int rank) const;
-  int64_t bytes() const;  // all buffers
+  int64_t bytes() const;  // all buffers not released
+
+  // Stage 3: frees bucket b's bytes (the parameter tensors stay, pointing at no memory), and
+  // allocates them again (contents undefined until written, e.g. by an all-gather).
+  void release(int b);
+  void materialize(int b);
+  bool released(int b) const { return released_[static_cast<size_t>(b)]; }
 
   // A tensor shaped like parameter p viewing `bucket_buffer` (same layout as the parameter
   // buffers, e.g. the gradient buffer of the same bucket).
@@ -37,6 +46,7 @@ class FlatParams {
   layout::BucketLayout layout_;
   at::ScalarType dtype_;
   std::vector<at::Tensor> buffers_;
+  std::vector<bool> released_;
 };
 
 // Alignment, in elements, that makes every shard start on a 32-byte boundary.

@@ -130,7 +130,11 @@ void GradReducer::on_gradient(int param) {
     flat_.view_of(staged_[static_cast<size_t>(b)], param).copy_(p.grad());
     p.mutable_grad().reset();  // the whole gradient lives only until it is in its bucket
   }
-  ++ready_[static_cast<size_t>(b)];
+  if (++ready_[static_cast<size_t>(b)] ==
+          static_cast<int>(flat_.layout().buckets()[static_cast<size_t>(b)].params.size()) &&
+      on_bucket_complete) {
+    on_bucket_complete(b);
+  }
   // A complete bucket is reduced now: during backward, asynchronously with overlap_comm (drain
   // then only polls: MPI progresses non-blocking collectives inside MPI calls), else blocking.
   launch_ready_buckets();
@@ -198,7 +202,9 @@ void GradReducer::end_backward() {
   for (size_t b = 0; b < buckets.size(); ++b) {
     // Parameters that got no gradient this micro-step contribute zeros.
     if (stage_ == 2 && !staged_[b].defined()) staged_[b] = acquire_bucket(static_cast<int>(b));
+    const bool was_complete = ready_[b] == static_cast<int>(buckets[b].params.size());
     ready_[b] = static_cast<int>(buckets[b].params.size());
+    if (!was_complete && on_bucket_complete) on_bucket_complete(static_cast<int>(b));
   }
   launch_ready_buckets();
   drain(true);

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -59,6 +60,10 @@ class GradReducer {
   int64_t bucket_bytes() const;    // stage 2's bucket pool
 
   void on_gradient(int param);  // called by the hooks
+
+  // Called once per micro-step for each bucket whose parameters all have their gradient (or, at
+  // the end of backward, will get none): stage 3 frees the unit's gathered parameters there.
+  std::function<void(int bucket)> on_bucket_complete;
 
  private:
   struct Pending {

@@ -8,7 +8,7 @@
 namespace zero::layout {
 
 BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, int64_t alignment,
-                           int64_t bucket_elements, const std::vector<int>& order)
+                           int64_t bucket_elements, const std::vector<int>& order, const std::vector<int>& groups)
     : world_size_(world_size), slots_(numels.size()) {
   if (world_size < 1 || alignment < 1 || bucket_elements < 1) {
     throw std::invalid_argument("BucketLayout: world_size, alignment and bucket_elements must be >= 1");
@@ -20,6 +20,8 @@ BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, i
   }
   if (sequence.size() != numels.size())
     throw std::invalid_argument("BucketLayout: order must list every parameter once");
+  if (!groups.empty() && groups.size() != numels.size())
+    throw std::invalid_argument("BucketLayout: groups must give every parameter a group");
   const int64_t quantum = static_cast<int64_t>(world_size) * alignment;
   auto close = [&] {
     Bucket& b = buckets_.back();
@@ -29,9 +31,13 @@ BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, i
     b.owned_offset = padded_ / world_size;
     padded_ += b.padded;
   };
+  int previous_group = 0;
   for (int p : sequence) {
     const int64_t n = numels.at(static_cast<size_t>(p));
-    if (buckets_.empty() || (buckets_.back().numel > 0 && buckets_.back().numel + n > bucket_elements)) {
+    const int group = groups.empty() ? 0 : groups[static_cast<size_t>(p)];
+    const bool new_group = !buckets_.empty() && group != previous_group;
+    previous_group = group;
+    if (buckets_.empty() || new_group || (buckets_.back().numel > 0 && buckets_.back().numel + n > bucket_elements)) {
       if (!buckets_.empty()) close();
       buckets_.emplace_back();
     }

@@ -41,9 +41,10 @@ struct Fragment {
 class BucketLayout {
  public:
   // numels[i] is parameter i's element count; `order` lists parameter indices in layout order
-  // (empty: 0..n-1). alignment >= 1, bucket_elements >= 1.
+  // (empty: 0..n-1). alignment >= 1, bucket_elements >= 1. `groups` (empty: none) gives each
+  // parameter a group; a bucket never spans two groups (stage 3: a bucket per unit).
   BucketLayout(const std::vector<int64_t>& numels, int world_size, int64_t alignment, int64_t bucket_elements,
-               const std::vector<int>& order = {});
+               const std::vector<int>& order = {}, const std::vector<int>& groups = {});
 
   int world_size() const { return world_size_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }

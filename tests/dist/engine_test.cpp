@@ -367,10 +367,10 @@ TEST(EngineLifetime, TheModelOutlivesTheEngine) {
 TEST(EngineErrors, UnsupportedConfigsAreClearErrors) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>();
-  zero::Config stage3 = zero::Config::parse(R"({"train_batch_size": 48, "zero_optimization": {"stage": 3},
-                                                "optimizer": {"type": "AdamW"}})");
-  stage3.resolve({.world_size = test_world().size()});
-  EXPECT_THROW(zero::Engine(*model, stage3, test_world()), zero::Error);
+  zero::Config offload = zero::Config::parse(R"({"train_batch_size": 48,
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "AdamW"}})");
+  offload.resolve({.world_size = test_world().size()});
+  EXPECT_THROW(zero::Engine(*model, offload, test_world()), zero::Error);
   zero::Config no_optimizer = zero::Config::parse(R"({"train_batch_size": 48})");
   no_optimizer.resolve({.world_size = test_world().size()});
   try {

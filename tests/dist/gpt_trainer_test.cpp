@@ -1,6 +1,6 @@
 // The GPT trainer end to end through llm.c files: a tiny random checkpoint and token shard are
 // written, trained 10 steps at stage 0 on one process (the step-0 loss checked against an
-// independent computation from the file), and stages 1 and 2 on every rank of this job must follow
+// independent computation from the file), and stages 1, 2 and 3 on every rank of this job must follow
 // the same 10 losses. Also: --export then --init gives the identical next-step loss.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -96,7 +96,7 @@ TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
   EXPECT_NEAR(reference[0], by_hand, 1e-6 * by_hand);
   EXPECT_LT(reference[9], reference[0] - 0.05) << "the loss must fall";
 
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     const std::vector<double> got = losses(train_gpt(options(f, stage, 10), test_world(), nullptr));
     ASSERT_EQ(got.size(), reference.size());
     for (size_t i = 0; i < got.size(); ++i)
@@ -106,16 +106,16 @@ TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
 
 TEST(GptTrainer, ExportThenInitGivesTheIdenticalNextStepLoss) {
   Files f;
-  TrainerOptions six = options(f, 2, 6);
+  TrainerOptions six = options(f, 3, 6);
   const std::vector<double> straight = losses(train_gpt(six, test_world(), nullptr));
 
-  TrainerOptions five = options(f, 2, 5);
+  TrainerOptions five = options(f, 3, 5);  // stage 3: the export gathers the units first
   five.export_path = (f.root / "exported.bin").string();
   train_gpt(five, test_world(), nullptr);
   test_world().communicator().barrier({.async = false});  // rank 0 writes the file every rank reads
 
   // From the export, on the stream from batch 5 on.
-  TrainerOptions next = options(f, 2, 1);
+  TrainerOptions next = options(f, 3, 1);
   next.init = five.export_path;
   next.train_data = f.tail.string();
   const std::vector<double> resumed = losses(train_gpt(next, test_world(), nullptr));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # zero-train as a user runs it: the same global batch gives the same losses at 1 rank stage 0,
-# 2 ranks stage 2 and 3 ranks stage 1 (within 1e-5), and bad input is a clear error.
+# 2 ranks stage 2, 3 ranks stage 1 and 2 ranks stage 3 (within 1e-5), and bad input is a clear error.
 set -u
 bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
 fail=0
@@ -21,7 +21,7 @@ run() {  # run RANKS STAGE → the loss column
 }
 reference=$(run 1 0)
 [[ $(wc -l <<<"$reference") -eq 10 ]] || { echo "FAIL reference run: $reference"; exit 1; }
-for case in "2 2" "3 1"; do
+for case in "2 2" "3 1" "2 3"; do
   got=$(run $case)
   if paste <(echo "$reference") <(echo "$got") |
      awk '{ if ($1 + 0 <= 0 || $2 + 0 <= 0 || NF != 2) bad = 1; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1 } END { exit bad }'; then

@@ -71,3 +71,15 @@ TEST(BucketLayout, OrderDecidesTheBuckets) {
   EXPECT_EQ(l.slot(0).bucket, 1);
   EXPECT_THROW(BucketLayout({1, 2}, 1, 1, 8, {0}), std::invalid_argument);
 }
+
+TEST(BucketLayout, GroupsNeverShareABucket) {
+  // Stage 3: one bucket per unit, whatever bucket_elements says; order puts each group together.
+  const BucketLayout layout({10, 20, 30, 40, 5}, 2, 4, 1000, {4, 3, 2, 1, 0}, {0, 1, 1, 2, 0});
+  ASSERT_EQ(layout.buckets().size(), 4u);  // {4}, {3}, {2, 1}, {0}: group 0 appears twice in this order
+  EXPECT_EQ(layout.buckets()[0].params, std::vector<int>({4}));
+  EXPECT_EQ(layout.buckets()[1].params, std::vector<int>({3}));
+  EXPECT_EQ(layout.buckets()[2].params, std::vector<int>({2, 1}));
+  EXPECT_EQ(layout.buckets()[2].numel, 50);
+  EXPECT_EQ(layout.buckets()[2].padded, 56);  // a multiple of world_size × alignment
+  EXPECT_THROW(BucketLayout({1, 2}, 1, 1, 10, {}, {0}), std::invalid_argument);
+}

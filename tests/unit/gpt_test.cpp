@@ -48,13 +48,13 @@ TEST(Gpt, LossMatchesAnIndependentComputationFromTheFile) {
 TEST(Gpt, InitialisationFollowsLlmc) {
   torch::manual_seed(1);
   Gpt model(kShape);
-  EXPECT_TRUE(model.blocks[0]->ln1w.equal(torch::ones({kShape.channels})));
-  EXPECT_TRUE(model.blocks[1]->fcb.equal(torch::zeros({4 * kShape.channels})));
+  EXPECT_TRUE(model.blocks[0]->block->ln1w.equal(torch::ones({kShape.channels})));
+  EXPECT_TRUE(model.blocks[1]->block->fcb.equal(torch::zeros({4 * kShape.channels})));
   GptShape big{.max_seq = 64, .vocab = 500, .layers = 8, .heads = 4, .channels = 64, .padded_vocab = 512};
   Gpt large(big);
   EXPECT_NEAR(large.wte.std().item<double>(), 0.02, 0.002);
-  EXPECT_NEAR(large.blocks[0]->attprojw.std().item<double>(), 0.02 / std::sqrt(16.0), 0.0005);
-  EXPECT_NEAR(large.blocks[0]->fcprojw.std().item<double>(), 0.02 / std::sqrt(16.0), 0.0005);
+  EXPECT_NEAR(large.blocks[0]->block->attprojw.std().item<double>(), 0.02 / std::sqrt(16.0), 0.0005);
+  EXPECT_NEAR(large.blocks[0]->block->fcprojw.std().item<double>(), 0.02 / std::sqrt(16.0), 0.0005);
 }
 
 TEST(Gpt, ShapeMismatchNamesTheField) {

@@ -1,0 +1,53 @@
+// Stage 3's unit machinery: which unit each parameter belongs to, and gathering / freeing each
+// unit's bucket around its forward and backward (include/zero/unit.h, docs/stage3.md).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/flat_params.h"
+#include "zero/communicator.h"
+#include "zero/unit.h"
+
+namespace zero::engine {
+
+struct UnitMap {
+  std::vector<UnitBase*> units;  // in module order
+  std::vector<int> group_of;     // per trainable parameter: its unit, or units.size() for the root
+};
+
+// Finds the units of `model`; an error naming the parameter when one belongs to two units.
+UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& params,
+                   const std::vector<std::string>& names);
+
+class Stage3 : public detail::UnitHooks {
+ public:
+  // Keeps this rank's shard of every unit's bucket and frees the buckets (the root stays).
+  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map);
+  ~Stage3() override;  // detaches the units (their parameters stay freed)
+
+  void before_forward(UnitBase& unit) override;
+  at::Tensor after_forward(UnitBase& unit, at::Tensor output) override;
+  void on_bucket_complete(int b);  // gradients in: the unit's parameters can go
+
+  void gather(int b);  // all-gathers bucket b unless it is already whole
+  void gather_all();
+  void release_all();  // every unit but the root
+  bool is_root(int b) const { return root_[static_cast<size_t>(b)]; }
+  // This rank's persistent shard of a unit's bucket (model dtype); the root's lives in its buffer.
+  const at::Tensor& owned(int b) const { return owned_[static_cast<size_t>(b)]; }
+  int64_t owned_bytes() const;
+
+ private:
+  FlatParams& flat_;
+  Communicator& comm_;
+  int rank_;
+  UnitMap map_;
+  std::vector<int> bucket_of_unit_;
+  std::vector<bool> root_;
+  std::vector<at::Tensor> owned_;
+};
+
+}  // namespace zero::engine

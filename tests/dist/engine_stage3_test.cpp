@@ -1,0 +1,116 @@
+// Stage 3 specifics (the equivalence runs are in engine_transformer_test and gpt_trainer_test):
+// between steps a unit's parameters hold no bytes and the model state per rank is exactly the
+// shards (plus the root unit, which stays whole); a parameter in two units is an error naming it.
+#include <gtest/gtest.h>
+
+#include "dist_test_world.h"
+#include "models/tiny/tiny_transformer.h"
+#include "zero/engine.h"
+#include "zero/error.h"
+
+namespace {
+
+using zero::models::TinyTransformer;
+
+zero::Config stage3_config(int world_size) {
+  zero::Config config = zero::Config::parse(R"({"train_batch_size": 24, "zero_optimization": {"stage": 3},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  config.resolve({.world_size = world_size});
+  return config;
+}
+
+int64_t round_up(int64_t n, int64_t quantum) { return (n + quantum - 1) / quantum * quantum; }
+
+}  // namespace
+
+TEST(EngineStage3, UnitsHoldOnlyShardsBetweenSteps) {
+  zero::models::TinyTransformerOptions o;
+  torch::manual_seed(11);
+  auto model = std::make_shared<TinyTransformer>(o);
+  const int n = test_world().size();
+  zero::Config config = stage3_config(n);
+  zero::Engine engine(*model, config, test_world());
+  auto [tokens, targets] = zero::models::tiny_batch(24, o, 1);
+  const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
+  for (int step = 0; step < 2; ++step) {
+    at::Tensor loss =
+        engine.forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
+    engine.backward(loss);
+    engine.step();
+  }
+  for (const auto& block : model->blocks) {
+    for (const auto& p : block->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u) << "a unit stayed gathered";
+  }
+  EXPECT_GT(model->wte->weight.storage().nbytes(), 0u) << "the root unit stays whole";
+
+  // Exact bytes: fp32, alignment 8 elements, one bucket per unit, padded to n × 8.
+  const int64_t quantum = 8 * n;
+  int64_t root = 0;
+  for (const auto& p : {model->wte->weight, model->wpe->weight, model->lnf->weight, model->lnf->bias})
+    root += p.numel();
+  int64_t unit_shards = 0, all_padded = round_up(root, quantum);
+  for (const auto& block : model->blocks) {
+    int64_t numel = 0;
+    for (const auto& p : block->parameters()) numel += p.numel();
+    unit_shards += round_up(numel, quantum) / n;
+    all_padded += round_up(numel, quantum);
+  }
+  const zero::MemoryReport r = engine.memory_report();
+  EXPECT_EQ(r.parameters, 4 * (round_up(root, quantum) + unit_shards));
+  EXPECT_EQ(r.master_weights, 4 * all_padded / n);
+  EXPECT_EQ(r.gradients, 4 * all_padded / n);
+  EXPECT_EQ(r.optimizer_state, 8 * all_padded / n);
+
+  // Gathered on request, and freed again by the next forward.
+  engine.gather_parameters();
+  EXPECT_GT(model->blocks[0]->block->qkv->weight.storage().nbytes(), 0u);
+  EXPECT_TRUE(model->blocks[0]->block->qkv->weight.isfinite().all().item<bool>());
+  torch::NoGradGuard no_grad;
+  model->forward(tokens.narrow(0, 0, 2));
+  EXPECT_EQ(model->blocks[0]->block->qkv->weight.storage().nbytes(), 0u);
+}
+
+namespace {
+
+struct UsesShared : torch::nn::Module {
+  explicit UsesShared(torch::nn::Linear shared) { lin = register_module("lin", shared); }
+  at::Tensor forward(const at::Tensor& x) { return lin(x); }
+  torch::nn::Linear lin{nullptr};
+};
+
+struct TwoUnitsOneWeight : torch::nn::Module {
+  TwoUnitsOneWeight() {
+    torch::nn::Linear shared(4, 4);
+    a = register_module("a", std::make_shared<zero::Unit<UsesShared>>(shared));
+    b = register_module("b", std::make_shared<zero::Unit<UsesShared>>(shared));
+  }
+  std::shared_ptr<zero::Unit<UsesShared>> a, b;
+};
+
+}  // namespace
+
+TEST(EngineStage3, AParameterInTwoUnitsIsAnErrorNamingIt) {
+  TwoUnitsOneWeight model;
+  try {
+    zero::Engine engine(model, stage3_config(test_world().size()), test_world());
+    FAIL() << "accepted";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter a.block.lin.weight belongs to two units"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EngineStage3, WeightsAfterTheEngineAreRealWhenGatheredElseNaN) {
+  zero::models::TinyTransformerOptions o;
+  torch::manual_seed(11);
+  auto kept = std::make_shared<TinyTransformer>(o), dropped = std::make_shared<TinyTransformer>(o);
+  const at::Tensor initial = kept->blocks[1]->block->fc->weight.detach().clone();
+  {
+    zero::Engine a(*kept, stage3_config(test_world().size()), test_world());
+    zero::Engine b(*dropped, stage3_config(test_world().size()), test_world());
+    a.gather_parameters();
+  }
+  EXPECT_TRUE(kept->blocks[1]->block->fc->weight.equal(initial));
+  EXPECT_TRUE(dropped->blocks[1]->block->fc->weight.isnan().all().item<bool>());
+  EXPECT_TRUE(dropped->wte->weight.isfinite().all().item<bool>()) << "the root unit was never freed";
+}
