@@ -60,9 +60,9 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
        "ignored: partitions are always all-gathered");
   note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
   note(z.stage == 3, "zero_optimization.stage3_*",
-       "stage 3 gathers each unit on demand: prefetch, stage3_max_live_parameters, stage3_max_reuse_distance, "
-       "stage3_param_persistence_threshold and sub_group_size are not implemented yet (units are gathered one at a "
-       "time, the root unit stays whole)");
+       "stage 3 gathers each unit on demand: prefetch (stage3_prefetch_bucket_size), stage3_max_live_parameters, "
+       "stage3_max_reuse_distance and sub_group_size are not implemented yet (units are gathered one at a time, the "
+       "root unit stays whole)");
   // Stage 2 accumulates in fp32; stages 0/1 accumulate in .grad, which autograd keeps in the
   // model's dtype: with a 16-bit model and several micro-steps that is not the fp32 asked for.
   const bool sixteen_bit = c.bf16 || c.fp16.enabled;
@@ -191,7 +191,22 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   const bool stage3 = config.zero.stage == 3;
   engine::UnitMap units;
-  if (stage3) units = engine::find_units(model, params, s.param_names);
+  if (stage3) {
+    units = engine::find_units(model, params, s.param_names);
+    // DeepSpeed's persistence thresholds: small parameters stay whole on every rank (in the root
+    // unit), up to a total of stage3_model_persistence_threshold elements.
+    int64_t persisted = 0;
+    const int root = static_cast<int>(units.units.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int64_t n = params[i].numel();
+      if (units.group_of[i] == root || n > config.zero.stage3_param_persistence_threshold ||
+          persisted + n > config.zero.stage3_model_persistence_threshold) {
+        continue;
+      }
+      units.group_of[i] = root;
+      persisted += n;
+    }
+  }
   // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.
   s.flat = std::make_unique<engine::FlatParams>(
       std::move(params), partitions, stage3 ? std::numeric_limits<int64_t>::max() / 4 : config.zero.reduce_bucket_size,

@@ -12,8 +12,11 @@ namespace {
 
 using zero::models::TinyTransformer;
 
-zero::Config stage3_config(int world_size) {
-  zero::Config config = zero::Config::parse(R"({"train_batch_size": 24, "zero_optimization": {"stage": 3},
+zero::Config stage3_config(int world_size, int64_t persistence = 0) {
+  // Persistence threshold 0: every parameter of a unit is sharded (the default keeps any under 100 k whole).
+  zero::Config config = zero::Config::parse(R"({"train_batch_size": 24,
+      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": )" +
+                                            std::to_string(persistence) + R"(},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
   config.resolve({.world_size = world_size});
   return config;
@@ -113,4 +116,18 @@ TEST(EngineStage3, WeightsAfterTheEngineAreRealWhenGatheredElseNaN) {
   EXPECT_TRUE(kept->blocks[1]->block->fc->weight.equal(initial));
   EXPECT_TRUE(dropped->blocks[1]->block->fc->weight.isnan().all().item<bool>());
   EXPECT_TRUE(dropped->wte->weight.isfinite().all().item<bool>()) << "the root unit was never freed";
+}
+
+TEST(EngineStage3, SmallParametersPersist) {
+  // Threshold 128 (C = 32): LayerNorm weights and biases and the linear biases (32 or 128 elements)
+  // stay whole; the weight matrices (1024 elements and more) are sharded.
+  zero::models::TinyTransformerOptions o;
+  torch::manual_seed(11);
+  auto model = std::make_shared<TinyTransformer>(o);
+  zero::Engine engine(*model, stage3_config(test_world().size(), 128), test_world());
+  const auto& block = *model->blocks[0]->block;
+  EXPECT_GT(block.ln1->weight.storage().nbytes(), 0u);
+  EXPECT_GT(block.fc->bias.storage().nbytes(), 0u);
+  EXPECT_EQ(block.fc->weight.storage().nbytes(), 0u);
+  EXPECT_EQ(block.qkv->weight.storage().nbytes(), 0u);
 }

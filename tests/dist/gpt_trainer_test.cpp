@@ -61,7 +61,7 @@ struct Files {
 std::string config(int stage) {
   return R"({"train_batch_size": 12, "gradient_clipping": 1.0,
              "zero_optimization": {"stage": )" +
-         std::to_string(stage) + R"(, "reduce_bucket_size": 3000},
+         std::to_string(stage) + R"(, "reduce_bucket_size": 3000, "stage3_param_persistence_threshold": 0},
              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}}})";
 }
 

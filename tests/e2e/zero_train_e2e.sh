@@ -10,7 +10,7 @@ export OMP_NUM_THREADS=1
 config() {  # config STAGE → a file with a fixed global batch of 12 rows
   cat > "$tmp/stage$1.json" <<JSON
 {"train_batch_size": 12, "gradient_clipping": 1.0,
- "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000},
+ "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 0},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}}
 JSON
   echo "$tmp/stage$1.json"
