@@ -90,6 +90,25 @@ class Engine {
   // Stage 3 (collective): makes every unit's parameters whole on every rank, to read them (export,
   // evaluation outside the units); each unit's next forward frees them again. No-op at stages 0-2.
   void gather_parameters();
+
+  // DeepSpeed's GatheredParameters: while it lives every parameter is whole on every rank. With a
+  // modifier rank, that rank may change the weights in place; on destruction its values are
+  // broadcast and become everyone's parameters and fp32 master weights (optimizer state is kept).
+  // Creating and destroying it are collective: every rank must do both at the same point (an
+  // exception unwinding through it on one rank only leaves the others waiting).
+  class GatheredParameters {
+   public:
+    ~GatheredParameters();
+    GatheredParameters(const GatheredParameters&) = delete;
+    GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+   private:
+    friend class Engine;
+    GatheredParameters(Engine& engine, int modifier_rank);
+    Engine& engine_;
+    int modifier_rank_;
+  };
+  [[nodiscard]] GatheredParameters gathered_parameters(int modifier_rank = -1);
   // The module's train / eval mode.
   void train();
   void eval();

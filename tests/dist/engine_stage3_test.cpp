@@ -131,3 +131,36 @@ TEST(EngineStage3, SmallParametersPersist) {
   EXPECT_EQ(block.fc->weight.storage().nbytes(), 0u);
   EXPECT_EQ(block.qkv->weight.storage().nbytes(), 0u);
 }
+
+TEST(EngineStage3, GatheredParametersReadsAndChangesFromOneRank) {
+  const int n = test_world().size(), modifier = n - 1;
+  for (int stage : {2, 3}) {
+    zero::models::TinyTransformerOptions o;
+    torch::manual_seed(11);
+    auto model = std::make_shared<TinyTransformer>(o);
+    zero::Config config = stage3_config(n);
+    config.zero.stage = stage;
+    zero::Engine engine(*model, config, test_world());
+    auto& fc = model->blocks[1]->block->fc->weight;
+    {
+      auto whole = engine.gathered_parameters(modifier);
+      ASSERT_GT(fc.storage().nbytes(), 0u);
+      EXPECT_TRUE(fc.isfinite().all().item<bool>());
+      // Only the modifier's change counts (through .data(): the weights are autograd leaves).
+      fc.data().fill_(test_world().rank() == modifier ? 0.25 : -1.0);
+    }
+    if (stage == 3) EXPECT_EQ(fc.storage().nbytes(), 0u) << "freed again";
+    engine.gather_parameters();
+    EXPECT_TRUE(fc.eq(0.25).all().item<bool>()) << "stage " << stage;
+    // The master weights took the change too: after a step with zero gradients it is still there.
+    auto [tokens, targets] = zero::models::tiny_batch(24, o, 1);
+    const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
+    engine.backward(engine.forward(
+        [&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)) * 0; }));
+    engine.step();
+    engine.gather_parameters();
+    // (AdamW's decoupled decay moves it by lr × wd = 3e-5 relative; the old weights are ~0.1.)
+    EXPECT_TRUE(fc.isclose(torch::full_like(fc, 0.25), 1e-3, 0).all().item<bool>())
+        << "stage " << stage << ": the step restored the old master";
+  }
+}
