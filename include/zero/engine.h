@@ -42,12 +42,14 @@ namespace zero {
 
 // Bytes this rank holds for model state, by category (padding included in each).
 struct MemoryReport {
-  int64_t parameters = 0;        // 16- or 32-bit parameters, whole on every rank (stages 0-2)
+  int64_t parameters = 0;        // 16- or 32-bit parameters: whole (stages 0-2); stage 3: shards,
+                                 // the root unit, and any unit gathered right now
   int64_t gradients = 0;         // stage 0/1: whole, model dtype; stage 2: owned shards, fp32
   int64_t master_weights = 0;    // fp32 master of the owned shards
   int64_t optimizer_state = 0;   // e.g. Adam's m and v for the owned shards
   int64_t buckets = 0;           // stage 2: gradient bucket buffers in the pool
   int64_t padding_elements = 0;  // elements added to align buckets (all ranks together)
+  int64_t gathered_peak = 0;     // stage 3: most bytes of unit parameters whole at once so far
   int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets; }
 };
 

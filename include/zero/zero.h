@@ -9,4 +9,5 @@
 #include "zero/error.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
+#include "zero/memory_tracker.h"
 #include "zero/world.h"

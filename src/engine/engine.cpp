@@ -367,6 +367,7 @@ MemoryReport Engine::memory_report() const {
   r.optimizer_state = s.optimizer->state_bytes();
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();
+  r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 
@@ -70,9 +71,16 @@ Stage3::~Stage3() {
   }
 }
 
+void Stage3::release(int b) {
+  flat_.release(b);
+  gathered_ -= static_cast<int64_t>(flat_.buffer(b).nbytes());
+}
+
 void Stage3::gather(int b) {
   if (!flat_.released(b)) return;
   flat_.materialize(b);
+  gathered_ += static_cast<int64_t>(flat_.buffer(b).nbytes());
+  gathered_peak_ = std::max(gathered_peak_, gathered_);
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
   comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = false});
@@ -84,7 +92,7 @@ void Stage3::gather_all() {
 
 void Stage3::release_all() {
   for (size_t b = 0; b < root_.size(); ++b) {
-    if (!root_[b] && !flat_.released(static_cast<int>(b))) flat_.release(static_cast<int>(b));
+    if (!root_[b] && !flat_.released(static_cast<int>(b))) release(static_cast<int>(b));
   }
 }
 
@@ -96,12 +104,12 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
     // Fires when the gradient of the unit's output is complete: just before the unit's backward.
     static_cast<const at::TensorBase&>(output).register_hook([this, b](const at::TensorBase&) { gather(b); });
   }
-  flat_.release(b);
+  release(b);
   return output;
 }
 
 void Stage3::on_bucket_complete(int b) {
-  if (!root_[static_cast<size_t>(b)] && !flat_.released(b)) flat_.release(b);
+  if (!root_[static_cast<size_t>(b)] && !flat_.released(b)) release(b);
 }
 
 int64_t Stage3::owned_bytes() const {

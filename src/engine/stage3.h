@@ -39,6 +39,9 @@ class Stage3 : public detail::UnitHooks {
   // This rank's persistent shard of a unit's bucket (model dtype); the root's lives in its buffer.
   const at::Tensor& owned(int b) const { return owned_[static_cast<size_t>(b)]; }
   int64_t owned_bytes() const;
+  // Bytes of unit (non-root) parameters gathered at once: now, and the most since construction.
+  int64_t gathered_bytes() const { return gathered_; }
+  int64_t gathered_peak() const { return gathered_peak_; }
 
  private:
   FlatParams& flat_;
@@ -48,6 +51,8 @@ class Stage3 : public detail::UnitHooks {
   std::vector<int> bucket_of_unit_;
   std::vector<bool> root_;
   std::vector<at::Tensor> owned_;
+  int64_t gathered_ = 0, gathered_peak_ = 0;
+  void release(int b);  // a unit's bucket, counted
 };
 
 }  // namespace zero::engine
