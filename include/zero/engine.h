@@ -111,6 +111,13 @@ class Engine {
     int modifier_rank_;
   };
   [[nodiscard]] GatheredParameters gathered_parameters(int modifier_rank = -1);
+
+  // DeepSpeed's save_16bit_model (collective): rank 0 writes every trainable parameter, whole, in
+  // the model's dtype, to DIR/FILE as safetensors (no pickle), gathering stage-3 units one at a
+  // time (never the whole model at once). At stage 3 only when
+  // stage3_gather_16bit_weights_on_model_save is true; otherwise it writes nothing, says so on
+  // rank 0, and returns false, as DeepSpeed does.
+  bool save_16bit_model(const std::string& dir, const std::string& file = "model.safetensors");
   // The module's train / eval mode.
   void train();
   void eval();

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "checkpoint/files.h"
+#include "engine/agree.h"
 #include "engine/engine_state.h"
 #include "zero/error.h"
 
@@ -27,17 +28,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 constexpr int kFormatVersion = 1;
 constexpr const char* kFormatName = "zerocpp-checkpoint";
-
-// Every rank learns whether any rank failed; the failing rank rethrows its own error, the others
-// name the lowest failing rank. Collective, so no rank is left waiting in the next collective.
-void agree(Communicator& comm, const std::string& error, int rank, const std::string& what) {
-  at::Tensor first = at::full({1}, error.empty() ? INT_MAX : rank, at::kInt);
-  comm.all_reduce(first, ReduceOp::kMin, {.async = false});
-  const int failed = first.item<int>();
-  if (failed == INT_MAX) return;
-  if (!error.empty()) throw Error(error, what, rank);
-  throw Error(what + " failed on rank " + std::to_string(failed) + " (its error is printed there)", what, rank);
-}
 
 void check_tag(const std::string& tag) {
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos || tag.front() == '.' ||
@@ -76,7 +66,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       error = dir + ": cannot prepare the checkpoint directory: " + e.what();
     }
   }
-  agree(s.comm, error, rank, "save_checkpoint");
+  engine::agree(s.comm, error, rank, "save_checkpoint");
 
   // Stage 0: every rank holds the same state, rank 0 writes it.
   const int partitions = s.flat->layout().world_size();
@@ -92,7 +82,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       error = e.what();
     }
   }
-  agree(s.comm, error, rank, "save_checkpoint");
+  engine::agree(s.comm, error, rank, "save_checkpoint");
 
   at::Tensor mine = at::tensor({static_cast<int64_t>(digest.bytes), static_cast<int64_t>(digest.xxh3)}, at::kLong);
   at::Tensor all = at::zeros({2 * s.world.size()}, at::kLong);
@@ -149,7 +139,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       error = dir + ": cannot complete checkpoint " + tag + ": " + e.what();
     }
   }
-  agree(s.comm, error, rank, "save_checkpoint");
+  engine::agree(s.comm, error, rank, "save_checkpoint");
   return tag;
 }
 
@@ -283,7 +273,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree(s.comm, error, rank, "load_checkpoint");
+  engine::agree(s.comm, error, rank, "load_checkpoint");
   publish_master();
   s.reducer->zero();
   if (!options.load_module_only) {

@@ -1,6 +1,14 @@
-// Engine::GatheredParameters: whole parameters for reading or (from one rank) changing.
+// Engine::GatheredParameters and save_16bit_model: whole parameters, to read, change or write.
 #include <ATen/ATen.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "checkpoint/files.h"
+#include "checkpoint/safetensors.h"
+#include "engine/agree.h"
 #include "engine/engine_state.h"
 #include "zero/error.h"
 
@@ -36,6 +44,86 @@ Engine::GatheredParameters::~GatheredParameters() {
     }
   }
   if (s.stage3) s.stage3->release_all();
+}
+
+}  // namespace zero
+
+namespace zero {
+namespace {
+
+std::string safetensors_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "F32";
+    case at::kHalf:
+      return "F16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kDouble:
+      return "F64";
+    default:
+      return c10::toString(t);
+  }
+}
+
+}  // namespace
+
+bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
+  State& s = *state_;
+  const int rank = s.world.rank();
+  if (s.stage3 && !s.config.zero.stage3_gather_16bit_weights_on_model_save) {
+    if (rank == 0) {
+      std::fprintf(stderr,
+                   "zerocpp: warning: save_16bit_model wrote nothing: "
+                   "zero_optimization.stage3_gather_16bit_weights_on_model_save is false\n");
+    }
+    return false;
+  }
+  // Bucket by bucket (a stage-3 unit at a time), each bucket's parameters in their slot order.
+  const auto& layout = s.flat->layout();
+  std::vector<checkpoint::SafetensorsEntry> entries;
+  for (const auto& bucket : layout.buckets()) {
+    for (int p : bucket.params) {
+      const at::Tensor& param = s.flat->params()[static_cast<size_t>(p)];
+      entries.push_back({s.param_names[static_cast<size_t>(p)], safetensors_dtype(param.scalar_type()),
+                         param.sizes().vec(), static_cast<uint64_t>(param.nbytes())});
+    }
+  }
+  const std::filesystem::path path = std::filesystem::path(dir) / file;
+  const std::string partial = path.string() + ".partial";
+  std::unique_ptr<checkpoint::SafetensorsWriter> writer;
+  std::string error;
+  auto attempt = [&](const std::function<void()>& fn) {
+    if (rank != 0 || !error.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  attempt([&] {
+    std::filesystem::create_directories(dir);
+    writer = std::make_unique<checkpoint::SafetensorsWriter>(
+        partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
+  });
+  for (size_t i = 0; i < layout.buckets().size(); ++i) {
+    const int b = static_cast<int>(i);
+    if (s.stage3) s.stage3->gather(b);  // collective: every rank, even if rank 0 failed
+    attempt([&] {
+      for (int p : layout.buckets()[i].params) {
+        const at::Tensor param = s.flat->params()[static_cast<size_t>(p)].contiguous();
+        writer->append(param.data_ptr(), static_cast<uint64_t>(param.nbytes()));
+      }
+    });
+    if (s.stage3) s.stage3->release_all();
+  }
+  attempt([&] {
+    writer->finish();
+    std::filesystem::rename(partial, path);
+    checkpoint::fsync_directory(dir);
+  });
+  engine::agree(s.comm, error, rank, "save_16bit_model");
+  return true;
 }
 
 }  // namespace zero

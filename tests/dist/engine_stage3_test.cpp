@@ -2,6 +2,11 @@
 // between steps a unit's parameters hold no bytes and the model state per rank is exactly the
 // shards (plus the root unit, which stays whole); a parameter in two units is an error naming it.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "dist_test_world.h"
 #include "models/tiny/tiny_transformer.h"
@@ -222,4 +227,64 @@ TEST(EngineStage3, TrainsUnderABudgetTheFullStateExceeds) {
     error = e.what();
   }
   EXPECT_NE(error.find("memory budget exceeded"), std::string::npos) << "stage 0 fit in the budget: " << error;
+}
+
+TEST(EngineStage3, Save16BitModelWritesSafetensorsUnitByUnit) {
+  zero::models::TinyTransformerOptions o;
+  torch::manual_seed(11);
+  auto model = std::make_shared<TinyTransformer>(o);
+  zero::Config config = stage3_config(test_world().size());
+  config.zero.stage3_gather_16bit_weights_on_model_save = true;
+  zero::Engine engine(*model, config, test_world());
+  at::Tensor pid = torch::full({1}, static_cast<int64_t>(getpid()), torch::kLong);
+  test_world().communicator().broadcast(pid, 0, {.async = false});
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zero_s16." + std::to_string(pid.item<int64_t>()));
+  EXPECT_TRUE(engine.save_16bit_model(dir.string()));
+  const int64_t one_unit = engine.memory_report().gathered_peak;
+  engine.gather_parameters();
+  if (test_world().rank() == 0) {
+    std::ifstream in(dir / "model.safetensors", std::ios::binary);
+    ASSERT_TRUE(in);
+    uint64_t header_size = 0;
+    in.read(reinterpret_cast<char*>(&header_size), 8);
+    std::string header(header_size, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(header_size));
+    EXPECT_EQ((8 + header_size) % 8, 0u) << "data must start 8-byte aligned";
+    const auto json = nlohmann::json::parse(header);
+    EXPECT_EQ(json.at("__metadata__").at("format"), "pt");
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t covered = 0;
+    for (const auto& item : model->named_parameters()) {
+      const std::string& name = item.key();
+      const at::Tensor& p = item.value();
+      const auto& entry = json.at(name);
+      EXPECT_EQ(entry.at("dtype"), "F32") << name;
+      EXPECT_EQ(entry.at("shape").get<std::vector<int64_t>>(), p.sizes().vec()) << name;
+      const auto begin = entry.at("data_offsets").at(0).get<uint64_t>(),
+                 end = entry.at("data_offsets").at(1).get<uint64_t>();
+      ASSERT_EQ(end - begin, static_cast<uint64_t>(p.nbytes())) << name;
+      ASSERT_LE(end, data.size());
+      at::Tensor saved = torch::from_blob(const_cast<char*>(data.data() + begin), p.sizes(), torch::kFloat);
+      EXPECT_TRUE(saved.equal(p.detach())) << name;
+      covered += end - begin;
+    }
+    EXPECT_EQ(covered, data.size()) << "every byte belongs to one tensor";
+    EXPECT_EQ(json.size(), model->named_parameters().size() + 1);
+  }
+  // One unit at a time: the peak of gathered unit parameters while saving is one unit's bucket.
+  int64_t largest_unit = 0;
+  for (const auto& block : model->blocks) {
+    int64_t numel = 0;
+    for (const auto& p : block->parameters()) numel += p.numel();
+    largest_unit = std::max(largest_unit, 4 * round_up(numel, 8 * test_world().size()));
+  }
+  EXPECT_EQ(one_unit, largest_unit);
+
+  config.zero.stage3_gather_16bit_weights_on_model_save = false;
+  zero::Engine quiet(*model, config, test_world());
+  EXPECT_FALSE(quiet.save_16bit_model(dir.string(), "not_written.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "not_written.safetensors"));
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() == 0) std::filesystem::remove_all(dir);
 }
