@@ -39,7 +39,9 @@ int main(int argc, char** argv) {
         "{} timed steps after {} warm-up, malloc {}\n\n",
         world.size(), o.shape.layers, o.shape.heads, o.shape.channels, o.shape.max_seq, micro, steps, warmup,
         default_malloc ? "glibc defaults" : "keep_freed_memory()");
-    fmt::print("| stage | overlap_comm | step ms (median) | tokens/s | tokens/s per rank |\n|---|---|---|---|---|\n");
+    fmt::print(
+        "| stage | overlap_comm | step ms (median) | tokens/s | tokens/s per rank | all-gathers per step | ms per "
+        "all-gather |\n|---|---|---|---|---|---|---|\n");
     // Stage 3 rows name their stage3_param_persistence_threshold: 0 shards every unit parameter.
   }
   // A discarded run first: the first steps of a process are slower (caches, heap growth).
@@ -70,9 +72,11 @@ int main(int argc, char** argv) {
     const double median = ms[ms.size() / 2];
     const double tokens = static_cast<double>(micro * world.size() * o.shape.max_seq);
     if (world.rank() == 0)
-      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.0f} |\n",
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.0f} | {:.1f} | {:.3f} |\n",
                  stage == 3 ? fmt::format("3 (persist ≤ {})", persistence) : std::to_string(stage), overlap, median,
-                 tokens / median * 1e3, tokens / median * 1e3 / world.size());
+                 tokens / median * 1e3, tokens / median * 1e3 / world.size(),
+                 static_cast<double>(r.all_gather_calls) / static_cast<double>(r.steps.size()),
+                 r.all_gather_calls > 0 ? r.all_gather_seconds * 1e3 / static_cast<double>(r.all_gather_calls) : 0.0);
   }
   return 0;
 }

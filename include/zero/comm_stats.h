@@ -68,7 +68,7 @@ class CountingCommunicator : public Communicator {
 
  private:
   // Counts the message, then times `launch` from the call until completion is observed.
-  std::shared_ptr<Work> timed(CollectiveOp op, const at::Tensor* message, double bus_factor,
+  std::shared_ptr<Work> timed(CollectiveOp op, bool blocking, const at::Tensor* message, double bus_factor,
                               const std::function<std::shared_ptr<Work>()>& launch);
 
   std::unique_ptr<Communicator> owned_;

@@ -289,6 +289,9 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     }
   }
   report.finish();
+  const OpStats gathers = engine.comm_stats().total(CollectiveOp::kAllGather);
+  result.all_gather_calls = gathers.calls;
+  result.all_gather_seconds = gathers.seconds;
   if (!options.export_path.empty()) {
     engine.gather_parameters();  // stage 3: the units' weights are shards until gathered
     if (world.rank() == 0) write_llmc_checkpoint(options.export_path, shape, to_llmc_params(model));

@@ -64,6 +64,9 @@ struct TrainerResult {
   int64_t first_step = 1;  // > 1 when resumed
   bool interrupted = false;
   std::vector<std::string> saved;  // checkpoint tags written
+  // The engine's parameter all-gathers over the run (stage 3: the units' gathers).
+  int64_t all_gather_calls = 0;
+  double all_gather_seconds = 0;
 };
 
 // The DeepSpeed config used when none is given.

@@ -86,7 +86,8 @@ CountingCommunicator::CountingCommunicator(std::unique_ptr<Communicator> inner, 
 CountingCommunicator::CountingCommunicator(Communicator& inner, std::shared_ptr<CommStats> stats)
     : inner_(&inner), stats_(std::move(stats)) {}
 
-std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, const at::Tensor* message, double bus_factor,
+std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, bool blocking, const at::Tensor* message,
+                                                  double bus_factor,
                                                   const std::function<std::shared_ptr<Work>()>& launch) {
   const int64_t elements = message ? message->numel() : 0;
   const int64_t bytes = message ? static_cast<int64_t>(message->nbytes()) : 0;
@@ -94,45 +95,47 @@ std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, const at::Ten
   // Note: the clock starts before the backend call, so the time covers the launch (and the
   // consistency check) as well as the transfer.
   auto start = Clock::now();
-  return std::make_shared<TimedWork>(launch(), stats_, op, bytes, start);
+  auto work = std::make_shared<TimedWork>(launch(), stats_, op, bytes, start);
+  if (blocking) work->wait();  // already complete: records its time now (nobody waits on it later)
+  return work;
 }
 
 std::shared_ptr<Work> CountingCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op,
                                                        const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllReduce, &tensor, 2 * (n - 1) / n,
+  return timed(CollectiveOp::kAllReduce, !options.async, &tensor, 2 * (n - 1) / n,
                [&] { return inner_->all_reduce(tensor, op, options); });
 }
 
 std::shared_ptr<Work> CountingCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
                                                            ReduceOp op, const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kReduceScatter, &input, (n - 1) / n,
+  return timed(CollectiveOp::kReduceScatter, !options.async, &input, (n - 1) / n,
                [&] { return inner_->reduce_scatter(input, output, op, options); });
 }
 
 std::shared_ptr<Work> CountingCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
                                                        const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllGather, &output, (n - 1) / n,
+  return timed(CollectiveOp::kAllGather, !options.async, &output, (n - 1) / n,
                [&] { return inner_->all_gather(input, output, options); });
 }
 
 std::shared_ptr<Work> CountingCommunicator::broadcast(const at::Tensor& tensor, int root,
                                                       const CollectiveOptions& options) {
-  return timed(CollectiveOp::kBroadcast, &tensor, size() > 1 ? 1.0 : 0.0,
+  return timed(CollectiveOp::kBroadcast, !options.async, &tensor, size() > 1 ? 1.0 : 0.0,
                [&] { return inner_->broadcast(tensor, root, options); });
 }
 
 std::shared_ptr<Work> CountingCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output,
                                                        const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllToAll, &input, (n - 1) / n,
+  return timed(CollectiveOp::kAllToAll, !options.async, &input, (n - 1) / n,
                [&] { return inner_->all_to_all(input, output, options); });
 }
 
 std::shared_ptr<Work> CountingCommunicator::barrier(const CollectiveOptions& options) {
-  return timed(CollectiveOp::kBarrier, nullptr, 0.0, [&] { return inner_->barrier(options); });
+  return timed(CollectiveOp::kBarrier, !options.async, nullptr, 0.0, [&] { return inner_->barrier(options); });
 }
 
 std::unique_ptr<Communicator> CountingCommunicator::split(int color, int key) {
