@@ -1,7 +1,8 @@
 // The GPT trainer end to end through llm.c files: a tiny random checkpoint and token shard are
-// written, trained 10 steps at stage 0 on one process (the step-0 loss checked against an
+// written, trained 20 steps at stage 0 on one process (the step-0 loss checked against an
 // independent computation from the file), and stages 1, 2 and 3 on every rank of this job must follow
-// the same 10 losses. Also: --export then --init gives the identical next-step loss.
+// the same 20 losses (the issue asks 10; stage 3 asks 20). Also: --export then --init gives the identical next-step
+// loss.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -85,8 +86,8 @@ std::vector<double> losses(const TrainerResult& r) {
 TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
   Files f;
   zero::World single = zero::World::single_process();
-  const std::vector<double> reference = losses(train_gpt(options(f, 0, 10), single, nullptr));
-  ASSERT_EQ(reference.size(), 10u);
+  const std::vector<double> reference = losses(train_gpt(options(f, 0, 20), single, nullptr));
+  ASSERT_EQ(reference.size(), 20u);
 
   const Batch first = TokenData::from_shards(f.tokens.string(), kShape.vocab).batch(0, kRows, kShape.max_seq);
   auto tensor = [](const std::vector<int32_t>& v) {
@@ -94,10 +95,10 @@ TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
   };
   const double by_hand = by_hand::reference_loss(f.params, kShape, tensor(first.inputs), tensor(first.targets));
   EXPECT_NEAR(reference[0], by_hand, 1e-6 * by_hand);
-  EXPECT_LT(reference[9], reference[0] - 0.05) << "the loss must fall";
+  EXPECT_LT(reference[19], reference[0] - 0.05) << "the loss must fall";
 
   for (int stage : {1, 2, 3}) {
-    const std::vector<double> got = losses(train_gpt(options(f, stage, 10), test_world(), nullptr));
+    const std::vector<double> got = losses(train_gpt(options(f, stage, 20), test_world(), nullptr));
     ASSERT_EQ(got.size(), reference.size());
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_NEAR(got[i], reference[i], 1e-5 * reference[i]) << "stage " << stage << ", step " << i + 1;
