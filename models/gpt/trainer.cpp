@@ -63,6 +63,8 @@ Data load_data(const TrainerOptions& o, int vocab) {
     return TokenData({std::vector<uint16_t>(s.begin(), s.end())}, origin);
   };
   if (o.text.empty() && o.train_data.empty()) {
+    if (!o.val_data.empty())
+      throw Error("--val-data needs --text or --train-data (the built-in corpus brings its own)", "--val-data");
     return {from_string(builtin_corpus(1, kBuiltinTrainBytes), "<built-in corpus>"),
             from_string(builtin_corpus(2, kBuiltinValBytes), "<built-in validation corpus>"), true};
   }

@@ -61,4 +61,6 @@ fi
 
 out=$("$bin/zero-train" --config "$(config 0)" --text "$src/README.md" --vocab 100 2>&1)
 [[ $? -ne 0 ]] && grep -q -- "train bytes: the model needs V = 256" <<<"$out" && echo "ok   bad vocab" || { echo "FAIL bad vocab: $out"; fail=1; }
+out=$("$bin/zero-train" --val-data "$src/README.md" --steps 1 2>&1)
+[[ $? -ne 0 ]] && grep -q -- "--val-data needs --text or --train-data" <<<"$out" && echo "ok   val-data without training data" || { echo "FAIL val-data: $out"; fail=1; }
 exit $fail
