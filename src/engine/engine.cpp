@@ -288,6 +288,7 @@ void Engine::step() {
         "no_sync", s.world.rank());
   }
   ++s.global_steps;
+  if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
   at::Tensor grads = s.reducer->owned_gradients();
   if (s.config.fp16.enabled) {
     // Overflow anywhere skips the step everywhere.

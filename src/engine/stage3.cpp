@@ -79,6 +79,8 @@ void Stage3::release(int b) {
 void Stage3::gather(int b) {
   if (!flat_.released(b)) return;
   flat_.materialize(b);
+  sequence_.push_back(b);
+  sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * 1099511628211ull;  // FNV-1a
   gathered_ += static_cast<int64_t>(flat_.buffer(b).nbytes());
   gathered_peak_ = std::max(gathered_peak_, gathered_);
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
@@ -110,6 +112,41 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
 
 void Stage3::on_bucket_complete(int b) {
   if (!root_[static_cast<size_t>(b)] && !flat_.released(b)) release(b);
+}
+
+void Stage3::verify_order(const std::vector<std::string>& param_names) {
+  const auto h = static_cast<int64_t>(sequence_hash_);
+  at::Tensor extremes = at::tensor({h, ~h}, at::kLong);  // max of h and of ~h: max and min of h
+  comm_.all_reduce(extremes, ReduceOp::kMax, {.async = false});
+  const bool same = extremes[0].item<int64_t>() == ~extremes[1].item<int64_t>();
+  std::vector<int64_t> mine = std::move(sequence_);
+  sequence_.clear();
+  sequence_hash_ = 14695981039346656037ull;
+  if (same) return;
+  // Rare path: collect every rank's sequence to name the first difference.
+  at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+  comm_.all_reduce(length, ReduceOp::kMax, {.async = false});
+  const int64_t n = length.item<int64_t>();
+  at::Tensor padded = at::full({n}, -1, at::kLong);
+  for (size_t i = 0; i < mine.size(); ++i) padded[static_cast<int64_t>(i)] = mine[i];
+  at::Tensor all = at::empty({comm_.size() * n}, at::kLong);
+  comm_.all_gather(padded, all, {.async = false});
+  const at::Tensor table = all.view({comm_.size(), n});
+  auto unit = [&](int64_t b) -> std::string {
+    if (b < 0) return "nothing";
+    const int p = flat_.layout().buckets()[static_cast<size_t>(b)].params.front();
+    return "the unit holding " + param_names[static_cast<size_t>(p)];
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    for (int r = 1; r < comm_.size(); ++r) {
+      const int64_t a = table[0][i].item<int64_t>(), other = table[r][i].item<int64_t>();
+      if (a == other) continue;
+      throw Error("stage 3: ranks gathered units in different orders: gather #" + std::to_string(i + 1) + " was " +
+                      unit(a) + " on rank 0 but " + unit(other) + " on rank " + std::to_string(r) +
+                      "; every rank must run the units in the same order",
+                  "zero_optimization.stage", rank_);
+    }
+  }
 }
 
 int64_t Stage3::owned_bytes() const {

@@ -33,6 +33,10 @@ class Stage3 : public detail::UnitHooks {
   void on_bucket_complete(int b);  // gradients in: the unit's parameters can go
 
   void gather(int b);  // all-gathers bucket b unless it is already whole
+  // Collective, once per optimizer step: every rank must have gathered the same units in the same
+  // order since the last check (same-sized units gathered in different orders would silently mix
+  // their shards). An error naming the first difference otherwise. One 16-byte all-reduce.
+  void verify_order(const std::vector<std::string>& param_names);
   void gather_all();
   void release_all();  // every unit but the root
   bool is_root(int b) const { return root_[static_cast<size_t>(b)]; }
@@ -52,6 +56,8 @@ class Stage3 : public detail::UnitHooks {
   std::vector<bool> root_;
   std::vector<at::Tensor> owned_;
   int64_t gathered_ = 0, gathered_peak_ = 0;
+  std::vector<int64_t> sequence_;  // buckets gathered since the last verify_order
+  uint64_t sequence_hash_ = 14695981039346656037ull;
   void release(int b);  // a unit's bucket, counted
 };
 

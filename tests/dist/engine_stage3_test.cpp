@@ -288,3 +288,55 @@ TEST(EngineStage3, Save16BitModelWritesSafetensorsUnitByUnit) {
   test_world().communicator().barrier({.async = false});
   if (test_world().rank() == 0) std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// Two units of the same size, run in an order that depends on the rank.
+struct RankOrdered : torch::nn::Module {
+  explicit RankOrdered(bool reversed) : reversed(reversed) {
+    a = register_module("a", std::make_shared<zero::Unit<torch::nn::LinearImpl>>(8, 8));
+    b = register_module("b", std::make_shared<zero::Unit<torch::nn::LinearImpl>>(8, 8));
+  }
+  at::Tensor forward(const at::Tensor& x) { return reversed ? a->forward(b->forward(x)) : b->forward(a->forward(x)); }
+  bool reversed;
+  std::shared_ptr<zero::Unit<torch::nn::LinearImpl>> a, b;
+};
+
+}  // namespace
+
+TEST(EngineStage3, UnitsRunInDifferentOrdersAreAnErrorNotSilentMixing) {
+  if (test_world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto run = [](bool differ, bool with_backward) {
+    torch::manual_seed(3);
+    RankOrdered model(differ && test_world().rank() == 1);
+    zero::Config config = zero::Config::parse(R"({"train_batch_size": 12,
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}})");
+    config.resolve({.world_size = test_world().size()});
+    zero::Engine engine(model, config, test_world());
+    std::string error;
+    try {
+      if (with_backward) {
+        engine.backward(engine.forward([&] { return model.forward(torch::ones({1, 8})).sum(); }));
+      } else {
+        torch::NoGradGuard no_grad;  // same-sized all-gathers: nothing else would notice
+        model.forward(torch::ones({1, 8}));
+      }
+      engine.step();
+    } catch (const zero::Error& e) {
+      error = e.what();
+    }
+    return error;
+  };
+  EXPECT_EQ(run(false, true), "");
+  const std::string forward_only = run(true, false);
+  EXPECT_NE(forward_only.find("ranks gathered units in different orders: gather #1 was the unit holding"),
+            std::string::npos)
+      << forward_only;
+  EXPECT_NE(forward_only.find("on rank 1"), std::string::npos) << forward_only;
+  // With backward the collective sequences themselves differ; the communicator's check stops it.
+  const std::string with_backward = run(true, true);
+  EXPECT_TRUE(with_backward.find("different orders") != std::string::npos ||
+              with_backward.find("not calling the same collective") != std::string::npos)
+      << with_backward;
+}
