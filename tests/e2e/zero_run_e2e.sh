@@ -90,8 +90,16 @@ kill -INT "$launcher"
 wait "$launcher"
 status=$?
 elapsed=$(( $(date +%s) - start ))
-alive=0
-for f in "$tmp"/pids/stubborn.*; do kill -0 "$(cat "$f")" 2>/dev/null && alive=1; done
+# A killed wrapper's orphaned child is reaped by PID 1, which may be slow in a container: a
+# zombie is not alive, and the kill may take a moment to land.
+running() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+alive=1
+for _ in $(seq 30); do
+  alive=0
+  for f in "$tmp"/pids/stubborn.*; do running "$(cat "$f")" && alive=1; done
+  [[ $alive -eq 0 ]] && break
+  sleep 0.1
+done
 if [[ $status -ne 0 && $alive -eq 0 && $elapsed -ge 2 && $elapsed -lt 20 ]] && grep -q "asking every rank to stop" "$tmp/stubborn.out"; then
   say "ok   stop_grace (${elapsed}s, status $status)"
 else
