@@ -1,10 +1,8 @@
 #include "models/gpt/trainer.h"
 
 #include <fmt/core.h>
-#include <signal.h>
 #include <torch/torch.h>
 
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,38 +10,13 @@
 
 #include "models/gpt/builtin_corpus.h"
 #include "models/gpt/gpt.h"
+#include "models/gpt/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-void note_signal(int signal_number) { g_stop_signal = signal_number; }
-
-// Installs the stop handlers for the run and restores the previous ones after it.
-class SignalScope {
- public:
-  explicit SignalScope(bool active) : active_(active) {
-    if (!active_) return;
-    g_stop_signal = 0;
-    struct sigaction action {};
-    action.sa_handler = note_signal;
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~SignalScope() {
-    if (!active_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  bool active_;
-  struct sigaction old_int_ {
-  }, old_term_{};
-};
 
 constexpr int64_t kBuiltinTrainBytes = 400'000, kBuiltinValBytes = 40'000;
 
@@ -88,37 +61,6 @@ Config load_config(const TrainerOptions& o, const World& world, const GptShape& 
 at::Tensor to_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t seq) {
   return torch::tensor(values, torch::kInt).to(torch::kLong).view({rows, seq});
 }
-
-// Prints rank 0's lines, keeping a progress bar as the last line of a terminal.
-class Report {
- public:
-  Report(std::FILE* out, bool bar, int64_t steps) : out_(out), bar_(bar), steps_(steps) {}
-  void line(const std::string& text) {
-    if (!out_) return;
-    fmt::print(out_, "{}{}\n", bar_ ? "\r\033[K" : "", text);
-    std::fflush(out_);
-  }
-  void progress(int64_t done, double step_seconds) {
-    if (!out_ || !bar_) return;
-    elapsed_ += step_seconds;
-    const double seconds_per_step = elapsed_ / static_cast<double>(++timed_);
-    const int width = 30, filled = static_cast<int>(width * done / steps_);
-    const auto eta = static_cast<int64_t>(seconds_per_step * static_cast<double>(steps_ - done));
-    fmt::print(out_, "\r[{}{}] {}/{} eta {}m{:02d}s", std::string(static_cast<size_t>(filled), '#'),
-               std::string(static_cast<size_t>(width - filled), '.'), done, steps_, eta / 60, eta % 60);
-    std::fflush(out_);
-  }
-  void finish() {
-    if (out_ && bar_) fmt::print(out_, "\r\033[K");
-  }
-
- private:
-  std::FILE* out_;
-  bool bar_;
-  int64_t steps_;
-  double elapsed_ = 0;
-  int64_t timed_ = 0;  // steps run by this process (a resumed run starts later)
-};
 
 struct Run {
   const TrainerOptions& options;
@@ -250,8 +192,7 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     }
     // One small all-reduce gives the mean loss and whether any rank was asked to stop.
     at::Tensor shared = torch::tensor(
-        {loss_sum / static_cast<double>(accumulation * world.size()), g_stop_signal.load() != 0 ? 1.0 : 0.0},
-        torch::kDouble);
+        {loss_sum / static_cast<double>(accumulation * world.size()), stop_requested() ? 1.0 : 0.0}, torch::kDouble);
     world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepLog log{step + 1,
