@@ -60,9 +60,8 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
        "ignored: partitions are always all-gathered");
   note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
   note(z.stage == 3, "zero_optimization.stage3_*",
-       "stage 3 gathers each unit on demand: prefetch (stage3_prefetch_bucket_size), stage3_max_live_parameters, "
-       "stage3_max_reuse_distance and sub_group_size are not implemented yet (units are gathered one at a time, the "
-       "root unit stays whole)");
+       "stage3_max_live_parameters, stage3_max_reuse_distance and sub_group_size are not implemented yet (stage 3 "
+       "prefetches one unit ahead, bounded by stage3_prefetch_bucket_size; the root unit stays whole)");
   // Stage 2 accumulates in fp32; stages 0/1 accumulate in .grad, which autograd keeps in the
   // model's dtype: with a 16-bit model and several micro-steps that is not the fp32 asked for.
   const bool sixteen_bit = c.bf16 || c.fp16.enabled;
@@ -235,7 +234,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.master = at::cat(shards).to(at::kFloat);
   if (stage3) {
-    s.stage3 = std::make_unique<engine::Stage3>(*s.flat, s.comm, world.rank(), std::move(units));
+    s.stage3 = std::make_unique<engine::Stage3>(*s.flat, s.comm, world.rank(), std::move(units),
+                                                config.zero.stage3_prefetch_bucket_size);
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
@@ -259,7 +259,15 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
 
 Engine::~Engine() = default;
 
-at::Tensor Engine::forward(const std::function<at::Tensor()>& fn) { return fn(); }
+at::Tensor Engine::forward(const std::function<at::Tensor()>& fn) {
+  if (!state_->stage3) return fn();
+  struct Scope {  // the forward's unit order is followed even if fn throws half-way
+    engine::Stage3& stage3;
+    explicit Scope(engine::Stage3& s) : stage3(s) { stage3.begin_forward(); }
+    ~Scope() { stage3.end_forward(); }
+  } scope(*state_->stage3);
+  return fn();
+}
 
 bool Engine::is_gradient_accumulation_boundary() const {
   return (state_->micro_steps + 1) % state_->config.gradient_accumulation_steps == 0;

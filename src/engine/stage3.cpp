@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <unordered_map>
 
@@ -41,8 +42,14 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
   return map;
 }
 
-Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map)
-    : flat_(flat), comm_(comm), rank_(rank), map_(std::move(map)), bucket_of_unit_(map_.units.size(), -1) {
+Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, int64_t prefetch_elements)
+    : flat_(flat),
+      comm_(comm),
+      rank_(rank),
+      map_(std::move(map)),
+      bucket_of_unit_(map_.units.size(), -1),
+      prefetch_elements_(prefetch_elements),
+      inflight_(flat_.layout().buckets().size()) {
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const int group = map_.group_of[static_cast<size_t>(buckets[b].params.front())];
@@ -72,11 +79,19 @@ Stage3::~Stage3() {
 }
 
 void Stage3::release(int b) {
+  if (auto& work = inflight_[static_cast<size_t>(b)]) {  // never free memory a collective still writes
+    work->wait();
+    work.reset();
+  }
   flat_.release(b);
   gathered_ -= static_cast<int64_t>(flat_.buffer(b).nbytes());
 }
 
 void Stage3::gather(int b) {
+  if (auto& work = inflight_[static_cast<size_t>(b)]) {
+    work->wait();
+    work.reset();
+  }
   if (!flat_.released(b)) return;
   flat_.materialize(b);
   sequence_.push_back(b);
@@ -86,6 +101,30 @@ void Stage3::gather(int b) {
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
   comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = false});
+}
+
+void Stage3::prefetch(int b) {
+  if (!flat_.released(b) || flat_.layout().buckets()[static_cast<size_t>(b)].padded > prefetch_elements_) return;
+  flat_.materialize(b);
+  sequence_.push_back(b);
+  sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * 1099511628211ull;
+  gathered_ += static_cast<int64_t>(flat_.buffer(b).nbytes());
+  gathered_peak_ = std::max(gathered_peak_, gathered_);
+  inflight_[static_cast<size_t>(b)] =
+      comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = true});
+}
+
+void Stage3::begin_forward() {
+  in_forward_ = true;
+  cursor_ = 0;
+}
+
+void Stage3::end_forward() {
+  in_forward_ = false;
+  if (recorded_) return;
+  recorded_ = true;
+  position_of_.assign(map_.units.size(), -1);
+  for (size_t i = order_.size(); i-- > 0;) position_of_[static_cast<size_t>(order_[i])] = static_cast<int>(i);
 }
 
 void Stage3::gather_all() {
@@ -98,13 +137,36 @@ void Stage3::release_all() {
   }
 }
 
-void Stage3::before_forward(UnitBase& unit) { gather(bucket_of_unit_[static_cast<size_t>(unit.unit_index())]); }
+void Stage3::before_forward(UnitBase& unit) {
+  const int u = unit.unit_index();
+  if (in_forward_ && !recorded_) order_.push_back(u);
+  const bool follow = in_forward_ && recorded_ && prefetching_;
+  if (follow && (cursor_ >= order_.size() || order_[cursor_] != u)) {
+    prefetching_ = false;
+    if (rank_ == 0) {
+      std::fprintf(stderr,
+                   "zerocpp: warning: stage 3: the units ran in a different order than on the first step; "
+                   "prefetching is off from here on (units are gathered on demand)\n");
+    }
+  }
+  ++cursor_;
+  gather(bucket_of_unit_[static_cast<size_t>(u)]);
+  if (follow && prefetching_ && cursor_ < order_.size())
+    prefetch(bucket_of_unit_[static_cast<size_t>(order_[cursor_])]);
+}
 
 at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
   const int b = bucket_of_unit_[static_cast<size_t>(unit.unit_index())];
   if (c10::GradMode::is_enabled() && output.requires_grad()) {
     // Fires when the gradient of the unit's output is complete: just before the unit's backward.
-    static_cast<const at::TensorBase&>(output).register_hook([this, b](const at::TensorBase&) { gather(b); });
+    const int u = unit.unit_index();
+    static_cast<const at::TensorBase&>(output).register_hook([this, b, u](const at::TensorBase&) {
+      gather(b);
+      // Backward runs the units in reverse: the one before this in forward order comes next.
+      if (recorded_ && prefetching_ && position_of_[static_cast<size_t>(u)] > 0)
+        prefetch(bucket_of_unit_[static_cast<size_t>(
+            order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)])]);
+    });
   }
   release(b);
   return output;

@@ -25,12 +25,19 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
 class Stage3 : public detail::UnitHooks {
  public:
   // Keeps this rank's shard of every unit's bucket and frees the buckets (the root stays).
-  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map);
+  // prefetch_elements: stage3_prefetch_bucket_size (0: no prefetch).
+  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, int64_t prefetch_elements);
   ~Stage3() override;  // detaches the units (their parameters stay freed)
 
   void before_forward(UnitBase& unit) override;
   at::Tensor after_forward(UnitBase& unit, at::Tensor output) override;
   void on_bucket_complete(int b);  // gradients in: the unit's parameters can go
+
+  // Around Engine::forward: the first one records the order units run in; later ones prefetch the
+  // next unit in that order while the current one computes (and backward prefetches the previous
+  // one). A different order turns prefetching off, with a warning; never stale weights.
+  void begin_forward();
+  void end_forward();
 
   void gather(int b);  // all-gathers bucket b unless it is already whole
   // Collective, once per optimizer step: every rank must have gathered the same units in the same
@@ -56,6 +63,13 @@ class Stage3 : public detail::UnitHooks {
   std::vector<bool> root_;
   std::vector<at::Tensor> owned_;
   int64_t gathered_ = 0, gathered_peak_ = 0;
+  int64_t prefetch_elements_;
+  std::vector<int> order_;        // units in forward order, recorded by the first Engine::forward
+  std::vector<int> position_of_;  // unit → its first position in order_ (-1: not run)
+  bool recorded_ = false, in_forward_ = false, prefetching_ = true;
+  size_t cursor_ = 0;
+  std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: a prefetch not yet waited for
+  void prefetch(int b);
   std::vector<int64_t> sequence_;  // buckets gathered since the last verify_order
   uint64_t sequence_hash_ = 14695981039346656037ull;
   void release(int b);  // a unit's bucket, counted
