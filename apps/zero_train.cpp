@@ -60,9 +60,8 @@ int main(int argc, char** argv) {
 
   try {
     zero::World world = zero::World::from_environment();
-    const zero::gpt::TrainerResult result = zero::gpt::train_gpt(o, world, stdout);
-    (void)result;  // a run stopped by Ctrl-C has saved (with --save-dir) and ends cleanly too
-    return 0;
+    zero::gpt::train_gpt(o, world, stdout);
+    return 0;  // a run stopped by Ctrl-C has saved (with --save-dir) and ends cleanly too
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-train: {}\n", e.what());
     return 1;

@@ -21,8 +21,10 @@ namespace {
 constexpr int64_t kBuiltinTrainBytes = 400'000, kBuiltinValBytes = 40'000;
 
 struct Data {
-  TokenData train, val;
-  bool has_val;
+  TokenData train;
+  std::optional<TokenData> val;
+  // What validation and the default sample prompt read: the training data when there is none.
+  const TokenData& validation() const { return val ? *val : train; }
 };
 
 Data load_data(const TrainerOptions& o, int vocab) {
@@ -39,11 +41,11 @@ Data load_data(const TrainerOptions& o, int vocab) {
     if (!o.val_data.empty())
       throw Error("--val-data needs --text or --train-data (the built-in corpus brings its own)", "--val-data");
     return {from_string(builtin_corpus(1, kBuiltinTrainBytes), "<built-in corpus>"),
-            from_string(builtin_corpus(2, kBuiltinValBytes), "<built-in validation corpus>"), true};
+            from_string(builtin_corpus(2, kBuiltinValBytes), "<built-in validation corpus>")};
   }
   TokenData train = bytes ? TokenData::from_text(o.text) : TokenData::from_shards(o.train_data, vocab);
-  if (o.val_data.empty()) return {train, train, false};
-  return {std::move(train), bytes ? TokenData::from_text(o.val_data) : TokenData::from_shards(o.val_data, vocab), true};
+  if (o.val_data.empty()) return {std::move(train), std::nullopt};
+  return {std::move(train), bytes ? TokenData::from_text(o.val_data) : TokenData::from_shards(o.val_data, vocab)};
 }
 
 Config load_config(const TrainerOptions& o, const World& world, const GptShape& shape) {
@@ -65,7 +67,6 @@ at::Tensor to_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t s
 struct Run {
   const TrainerOptions& options;
   World& world;
-  Config config;
   Gpt& model;
   Engine& engine;
   Data& data;
@@ -74,10 +75,11 @@ struct Run {
   double evaluate() {
     torch::NoGradGuard no_grad;
     engine.eval();
-    const int64_t batches = std::min(options.eval_batches, data.val.batches_per_epoch(global_rows, seq));
+    const TokenData& val = data.validation();
+    const int64_t batches = std::min(options.eval_batches, val.batches_per_epoch(global_rows, seq));
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      Batch mine = data.val.rank_rows(data.val.batch(i, global_rows, seq), world.rank(), world.size());
+      Batch mine = val.rank_rows(val.batch(i, global_rows, seq), world.rank(), world.size());
       at::Tensor x = to_tensor(mine.inputs, mine.rows, seq), y = to_tensor(mine.targets, mine.rows, seq);
       sum += engine.forward([&] { return model.loss(x, y); }).item<double>();
     }
@@ -94,7 +96,7 @@ struct Run {
     } else if (tokenizer.eot() >= 0) {
       prompt.push_back(tokenizer.eot());
     } else {
-      const Batch first = (data.has_val ? data.val : data.train).batch(0, 1, seq);
+      const Batch first = data.validation().batch(0, 1, seq);
       const int64_t n = std::min<int64_t>(16, seq);
       prompt.assign(first.inputs.begin(), first.inputs.begin() + n);
     }
@@ -147,7 +149,7 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   Config config = load_config(options, world, shape);
   Engine engine(model, config, world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
-  Run run{options, world, config, model, engine, data, seq, config.train_batch_size / accumulation};
+  Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
 
   Report report(out, options.progress_bar, options.steps);
   report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, GPT-2 L={} NH={} C={} V={} maxT={} ({} parameters)",
@@ -157,7 +159,7 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
       fmt::format("zero-train: batch {} rows × {} tokens ({} per rank × {} micro-steps), {} steps, data {} "
                   "tokens{}",
                   config.train_batch_size, seq, micro, accumulation, options.steps, data.train.tokens(),
-                  data.has_val ? fmt::format(", validation {} tokens", data.val.tokens()) : ""));
+                  data.val ? fmt::format(", validation {} tokens", data.val->tokens()) : ""));
 
   TrainerResult result;
   int64_t start_step = 0;
