@@ -219,7 +219,15 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       for (const auto& fr : files[f].at("fragments"))
         sources.at(fr.at(0).get<size_t>()).push_back({f, fr.at(1), fr.at(2), fr.at(3)});
     }
-    std::vector<int> fds(files.size(), -1);
+    struct OpenFiles {  // closed however the load ends
+      std::vector<int> fds;
+      ~OpenFiles() {
+        for (int fd : fds) {
+          if (fd >= 0) ::close(fd);
+        }
+      }
+    } open{std::vector<int>(files.size(), -1)};
+    std::vector<int>& fds = open.fds;
     auto open_verified = [&](size_t f) {
       if (fds[f] >= 0) return fds[f];
       const std::string path = (root / tag / files[f].at("file").get<std::string>()).string();
@@ -236,39 +244,29 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       if (fds[f] < 0) throw Error(path + ": cannot open the file", path, rank);
       return fds[f];
     };
-    try {
-      for (size_t i = 0; i < s.param_names.size(); ++i) {
-        auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
-        if (!mine || source_of[i] < 0) continue;
-        int64_t covered = 0;
-        for (const Source& src : sources[static_cast<size_t>(source_of[i])]) {
-          const int64_t lo = std::max(mine->param_begin, src.begin), hi = std::min(mine->param_end, src.end);
-          if (lo >= hi) continue;
-          const int fd = open_verified(src.file);
-          const std::string path = (root / tag / files[src.file].at("file").get<std::string>()).string();
-          const auto owned = files[src.file].at("owned_numel").get<uint64_t>();
-          for (const auto& [kind, tensor] : targets) {
-            const uint64_t element = kind * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
-            checkpoint::read_at(fd, path, element * sizeof(float),
-                                tensor.data_ptr<float>() + mine->owned_offset + (lo - mine->param_begin),
-                                static_cast<uint64_t>(hi - lo) * sizeof(float));
-          }
-          covered += hi - lo;
+    for (size_t i = 0; i < s.param_names.size(); ++i) {
+      auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
+      if (!mine || source_of[i] < 0) continue;
+      int64_t covered = 0;
+      for (const Source& src : sources[static_cast<size_t>(source_of[i])]) {
+        const int64_t lo = std::max(mine->param_begin, src.begin), hi = std::min(mine->param_end, src.end);
+        if (lo >= hi) continue;
+        const int fd = open_verified(src.file);
+        const std::string path = (root / tag / files[src.file].at("file").get<std::string>()).string();
+        const auto owned = files[src.file].at("owned_numel").get<uint64_t>();
+        for (const auto& [kind, tensor] : targets) {
+          const uint64_t element = kind * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
+          checkpoint::read_at(fd, path, element * sizeof(float),
+                              tensor.data_ptr<float>() + mine->owned_offset + (lo - mine->param_begin),
+                              static_cast<uint64_t>(hi - lo) * sizeof(float));
         }
-        if (covered != mine->param_end - mine->param_begin)
-          throw Error(manifest_path + ": parameter " + s.param_names[i] + ": the checkpoint holds " +
-                          std::to_string(covered) + " of the " + std::to_string(mine->param_end - mine->param_begin) +
-                          " elements this rank needs",
-                      manifest_path, rank);
+        covered += hi - lo;
       }
-    } catch (...) {
-      for (int fd : fds) {
-        if (fd >= 0) ::close(fd);
-      }
-      throw;
-    }
-    for (int fd : fds) {
-      if (fd >= 0) ::close(fd);
+      if (covered != mine->param_end - mine->param_begin)
+        throw Error(manifest_path + ": parameter " + s.param_names[i] + ": the checkpoint holds " +
+                        std::to_string(covered) + " of the " + std::to_string(mine->param_end - mine->param_begin) +
+                        " elements this rank needs",
+                    manifest_path, rank);
     }
   } catch (const std::exception& e) {
     error = e.what();

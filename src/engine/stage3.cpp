@@ -78,40 +78,38 @@ Stage3::~Stage3() {
   }
 }
 
-void Stage3::release(int b) {
-  if (auto& work = inflight_[static_cast<size_t>(b)]) {  // never free memory a collective still writes
-    work->wait();
-    work.reset();
-  }
-  flat_.release(b);
-  gathered_ -= static_cast<int64_t>(flat_.buffer(b).nbytes());
-}
-
-void Stage3::gather(int b) {
+void Stage3::wait_inflight(int b) {
   if (auto& work = inflight_[static_cast<size_t>(b)]) {
     work->wait();
     work.reset();
   }
-  if (!flat_.released(b)) return;
+}
+
+void Stage3::release(int b) {
+  wait_inflight(b);  // never free memory a collective still writes
+  flat_.release(b);
+  gathered_ -= static_cast<int64_t>(flat_.buffer(b).nbytes());
+}
+
+std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
   flat_.materialize(b);
   sequence_.push_back(b);
-  sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * 1099511628211ull;  // FNV-1a
+  sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * kFnvPrime;
   gathered_ += static_cast<int64_t>(flat_.buffer(b).nbytes());
   gathered_peak_ = std::max(gathered_peak_, gathered_);
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
-  comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = false});
+  return comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = async});
+}
+
+void Stage3::gather(int b) {
+  wait_inflight(b);
+  if (flat_.released(b)) start_gather(b, /*async=*/false);
 }
 
 void Stage3::prefetch(int b) {
   if (!flat_.released(b) || flat_.layout().buckets()[static_cast<size_t>(b)].padded > prefetch_elements_) return;
-  flat_.materialize(b);
-  sequence_.push_back(b);
-  sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * 1099511628211ull;
-  gathered_ += static_cast<int64_t>(flat_.buffer(b).nbytes());
-  gathered_peak_ = std::max(gathered_peak_, gathered_);
-  inflight_[static_cast<size_t>(b)] =
-      comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = true});
+  inflight_[static_cast<size_t>(b)] = start_gather(b, /*async=*/true);
 }
 
 void Stage3::begin_forward() {
@@ -183,7 +181,7 @@ void Stage3::verify_order(const std::vector<std::string>& param_names) {
   const bool same = extremes[0].item<int64_t>() == ~extremes[1].item<int64_t>();
   std::vector<int64_t> mine = std::move(sequence_);
   sequence_.clear();
-  sequence_hash_ = 14695981039346656037ull;
+  sequence_hash_ = kFnvOffset;
   if (same) return;
   // Rare path: collect every rank's sequence to name the first difference.
   at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);

@@ -70,8 +70,12 @@ class Stage3 : public detail::UnitHooks {
   size_t cursor_ = 0;
   std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: a prefetch not yet waited for
   void prefetch(int b);
+  void wait_inflight(int b);
+  // Materialises bucket b, records it in the gather sequence, and all-gathers into it.
+  std::shared_ptr<Work> start_gather(int b, bool async);
   std::vector<int64_t> sequence_;  // buckets gathered since the last verify_order
-  uint64_t sequence_hash_ = 14695981039346656037ull;
+  static constexpr uint64_t kFnvOffset = 14695981039346656037ull, kFnvPrime = 1099511628211ull;  // FNV-1a
+  uint64_t sequence_hash_ = kFnvOffset;
   void release(int b);  // a unit's bucket, counted
 };
 

@@ -309,11 +309,7 @@ TEST(EngineStage3, UnitsRunInDifferentOrdersAreAnErrorNotSilentMixing) {
   auto run = [](bool differ, bool with_backward) {
     torch::manual_seed(3);
     RankOrdered model(differ && test_world().rank() == 1);
-    zero::Config config = zero::Config::parse(R"({"train_batch_size": 12,
-        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}})");
-    config.resolve({.world_size = test_world().size()});
-    zero::Engine engine(model, config, test_world());
+    zero::Engine engine(model, stage3_config(test_world().size()), test_world());
     std::string error;
     try {
       if (with_backward) {
@@ -363,11 +359,7 @@ TEST(EngineStage3, PrefetchGathersTheNextUnitAheadAndFallsBackOnANewOrder) {
   if (test_world().size() < 2) return;
   torch::manual_seed(3);
   RankOrdered model(false);
-  zero::Config config = zero::Config::parse(R"({"train_batch_size": 12,
-      "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
-      "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}})");
-  config.resolve({.world_size = test_world().size()});
-  zero::Engine engine(model, config, test_world());
+  zero::Engine engine(model, stage3_config(test_world().size()), test_world());
   torch::NoGradGuard no_grad;
   const at::Tensor x = torch::ones({1, 8});
   engine.forward([&] { return model.forward(x); });
