@@ -1,4 +1,4 @@
-// zero::Engine — trains a LibTorch module data-parallel with ZeRO stages 0, 1 and 2.
+// zero::Engine — trains a LibTorch module data-parallel with ZeRO stages 0, 1, 2 and 3.
 //
 //   zero::World world = zero::World::from_environment();
 //   zero::Config config = zero::Config::from_file("ds.json", {.world_size = world.size()});
@@ -15,7 +15,9 @@
 // Gradients: stage 0 all-reduces on the boundary; stage 1 reduce-scatters on the boundary; stage 2
 // reduce-scatters every micro-step into an fp32 accumulator of its shards, and frees each
 // parameter's gradient as soon as it is copied into its bucket. After the optimizer step, the
-// updated shards are all-gathered back into every rank's parameters.
+// updated shards are all-gathered back into every rank's parameters. Stage 3 (docs/stage3.md)
+// reduces as stage 2 but keeps only shards of each zero::Unit's parameters, gathering a unit
+// around its forward and backward.
 //
 // The model's trainable parameters must share one dtype; with "bf16" or "fp16" enabled the engine
 // casts the module to it (as DeepSpeed does), and inputs must match. Initial weights are
