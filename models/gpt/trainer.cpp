@@ -168,7 +168,6 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     if (std::filesystem::exists(std::filesystem::path(options.save_dir) / "latest")) {
       const auto client = nlohmann::json::parse(engine.load_checkpoint(options.save_dir));
       start_step = client.at("step").get<int64_t>();
-      result.first_step = start_step + 1;
       report.line(fmt::format("zero-train: resumed from {} at step {}", options.save_dir, start_step));
     } else {
       report.line(fmt::format("zero-train: --resume: no checkpoint in {} yet, starting at step 0", options.save_dir));

@@ -61,7 +61,6 @@ struct TrainerResult {
   std::vector<StepLog> steps;
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss)
   std::vector<std::string> samples;
-  int64_t first_step = 1;  // > 1 when resumed
   bool interrupted = false;
   std::vector<std::string> saved;  // checkpoint tags written
   // The engine's parameter all-gathers over the run (stage 3: the units' gathers).

@@ -50,8 +50,7 @@ class Stage3 : public detail::UnitHooks {
   // This rank's persistent shard of a unit's bucket (model dtype); the root's lives in its buffer.
   const at::Tensor& owned(int b) const { return owned_[static_cast<size_t>(b)]; }
   int64_t owned_bytes() const;
-  // Bytes of unit (non-root) parameters gathered at once: now, and the most since construction.
-  int64_t gathered_bytes() const { return gathered_; }
+  // The most bytes of unit (non-root) parameters gathered at once since construction.
   int64_t gathered_peak() const { return gathered_peak_; }
 
  private:
