@@ -59,9 +59,7 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   note(!z.allgather_partitions, "zero_optimization.allgather_partitions",
        "ignored: partitions are always all-gathered");
   note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
-  note(z.stage == 3, "zero_optimization.stage3_*",
-       "stage3_max_live_parameters, stage3_max_reuse_distance and sub_group_size are not implemented yet (stage 3 "
-       "prefetches one unit ahead, bounded by stage3_prefetch_bucket_size; the root unit stays whole)");
+  note(z.stage == 3, "zero_optimization.sub_group_size", "not implemented yet");
   // Stage 2 accumulates in fp32; stages 0/1 accumulate in .grad, which autograd keeps in the
   // model's dtype: with a 16-bit model and several micro-steps that is not the fp32 asked for.
   const bool sixteen_bit = c.bf16 || c.fp16.enabled;
@@ -234,8 +232,11 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.master = at::cat(shards).to(at::kFloat);
   if (stage3) {
-    s.stage3 = std::make_unique<engine::Stage3>(*s.flat, s.comm, world.rank(), std::move(units),
-                                                config.zero.stage3_prefetch_bucket_size);
+    s.stage3 = std::make_unique<engine::Stage3>(
+        *s.flat, s.comm, world.rank(), std::move(units),
+        engine::Stage3Limits{.prefetch_bucket = config.zero.stage3_prefetch_bucket_size,
+                             .max_live = config.zero.stage3_max_live_parameters,
+                             .max_reuse_distance = config.zero.stage3_max_reuse_distance});
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.

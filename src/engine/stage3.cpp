@@ -42,13 +42,15 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
   return map;
 }
 
-Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, int64_t prefetch_elements)
+Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits)
     : flat_(flat),
       comm_(comm),
       rank_(rank),
       map_(std::move(map)),
       bucket_of_unit_(map_.units.size(), -1),
-      prefetch_elements_(prefetch_elements),
+      element_size_(static_cast<int64_t>(c10::elementSize(flat_.dtype()))),
+      limits_(limits),
+      kept_(flat_.layout().buckets().size(), false),
       inflight_(flat_.layout().buckets().size()) {
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -85,17 +87,22 @@ void Stage3::wait_inflight(int b) {
   }
 }
 
+int64_t Stage3::elements(int b) const { return flat_.layout().buckets()[static_cast<size_t>(b)].padded; }
+
+bool Stage3::fits(int b) const { return gathered_ + elements(b) <= limits_.max_live; }
+
 void Stage3::release(int b) {
   wait_inflight(b);  // never free memory a collective still writes
   flat_.release(b);
-  gathered_ -= static_cast<int64_t>(flat_.buffer(b).nbytes());
+  kept_[static_cast<size_t>(b)] = false;
+  gathered_ -= elements(b);
 }
 
 std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
   flat_.materialize(b);
   sequence_.push_back(b);
   sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * kFnvPrime;
-  gathered_ += static_cast<int64_t>(flat_.buffer(b).nbytes());
+  gathered_ += elements(b);
   gathered_peak_ = std::max(gathered_peak_, gathered_);
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
@@ -108,13 +115,17 @@ void Stage3::gather(int b) {
 }
 
 void Stage3::prefetch(int b) {
-  if (!flat_.released(b) || flat_.layout().buckets()[static_cast<size_t>(b)].padded > prefetch_elements_) return;
+  if (!flat_.released(b) || elements(b) > limits_.prefetch_bucket || !fits(b)) return;
   inflight_[static_cast<size_t>(b)] = start_gather(b, /*async=*/true);
 }
 
 void Stage3::begin_forward() {
   in_forward_ = true;
   cursor_ = 0;
+  // Units kept for a backward that never came (a forward without one) go now.
+  for (size_t b = 0; b < kept_.size(); ++b) {
+    if (kept_[b] && !flat_.released(static_cast<int>(b))) release(static_cast<int>(b));
+  }
 }
 
 void Stage3::end_forward() {
@@ -123,6 +134,24 @@ void Stage3::end_forward() {
   recorded_ = true;
   position_of_.assign(map_.units.size(), -1);
   for (size_t i = order_.size(); i-- > 0;) position_of_[static_cast<size_t>(order_[i])] = static_cast<int>(i);
+  record_reuse_distances();
+}
+
+void Stage3::record_reuse_distances() {
+  // The whole trace of a step: forward in order_, then backward in reverse.
+  std::vector<int> trace(order_);
+  trace.insert(trace.end(), order_.rbegin(), order_.rend());
+  reuse_distance_.assign(order_.size(), std::numeric_limits<int64_t>::max());
+  for (size_t i = 0; i < order_.size(); ++i) {
+    int64_t between = 0;
+    for (size_t j = i + 1; j < trace.size(); ++j) {
+      if (trace[j] == trace[i]) {
+        reuse_distance_[i] = between;
+        break;
+      }
+      between += elements(bucket_of_unit_[static_cast<size_t>(trace[j])]);
+    }
+  }
 }
 
 void Stage3::gather_all() {
@@ -166,7 +195,14 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
             order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)])]);
     });
   }
-  release(b);
+  // cursor_ - 1: this unit's position in the recorded order (before_forward advanced it).
+  const bool reuse = in_forward_ && recorded_ && prefetching_ && cursor_ >= 1 && cursor_ <= order_.size() &&
+                     reuse_distance_[cursor_ - 1] <= limits_.max_reuse_distance && gathered_ <= limits_.max_live;
+  if (reuse) {
+    kept_[static_cast<size_t>(b)] = true;
+  } else {
+    release(b);
+  }
   return output;
 }
 

@@ -22,11 +22,17 @@ struct UnitMap {
 UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& params,
                    const std::vector<std::string>& names);
 
+// DeepSpeed's stage-3 knobs, in elements.
+struct Stage3Limits {
+  int64_t prefetch_bucket = 50'000'000;     // a unit larger than this is never prefetched (0: none is)
+  int64_t max_live = 1'000'000'000;         // prefetched and kept units never exceed this together
+  int64_t max_reuse_distance = 1'000'000'000;  // keep a unit whole if used again within this many
+};
+
 class Stage3 : public detail::UnitHooks {
  public:
   // Keeps this rank's shard of every unit's bucket and frees the buckets (the root stays).
-  // prefetch_elements: stage3_prefetch_bucket_size (0: no prefetch).
-  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, int64_t prefetch_elements);
+  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits);
   ~Stage3() override;  // detaches the units (their parameters stay freed)
 
   void before_forward(UnitBase& unit) override;
@@ -35,7 +41,11 @@ class Stage3 : public detail::UnitHooks {
 
   // Around Engine::forward: the first one records the order units run in; later ones prefetch the
   // next unit in that order while the current one computes (and backward prefetches the previous
-  // one). A different order turns prefetching off, with a warning; never stale weights.
+  // one), and keep a unit whole after its forward when its next use (in this forward or in
+  // backward, which runs the order in reverse) comes within max_reuse_distance elements. Both
+  // only while the units prefetched and kept stay within max_live elements; a gather on demand is
+  // never refused, so at most max_live plus one unit is whole. A different order turns both
+  // off, with a warning; never stale weights.
   void begin_forward();
   void end_forward();
 
@@ -51,7 +61,7 @@ class Stage3 : public detail::UnitHooks {
   const at::Tensor& owned(int b) const { return owned_[static_cast<size_t>(b)]; }
   int64_t owned_bytes() const;
   // The most bytes of unit (non-root) parameters gathered at once since construction.
-  int64_t gathered_peak() const { return gathered_peak_; }
+  int64_t gathered_peak() const { return gathered_peak_ * element_size_; }
 
  private:
   FlatParams& flat_;
@@ -61,14 +71,22 @@ class Stage3 : public detail::UnitHooks {
   std::vector<int> bucket_of_unit_;
   std::vector<bool> root_;
   std::vector<at::Tensor> owned_;
-  int64_t gathered_ = 0, gathered_peak_ = 0;
-  int64_t prefetch_elements_;
+  int64_t gathered_ = 0, gathered_peak_ = 0;  // elements of unit buckets whole
+  int64_t element_size_;
+  Stage3Limits limits_;
   std::vector<int> order_;        // units in forward order, recorded by the first Engine::forward
   std::vector<int> position_of_;  // unit → its first position in order_ (-1: not run)
+  // Per position of order_: elements gathered before the same unit runs again (forward, then
+  // backward in reverse order); INT64_MAX when it does not.
+  std::vector<int64_t> reuse_distance_;
+  std::vector<bool> kept_;  // per bucket: left whole after its forward for reuse
   bool recorded_ = false, in_forward_ = false, prefetching_ = true;
   size_t cursor_ = 0;
   std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: a prefetch not yet waited for
   void prefetch(int b);
+  bool fits(int b) const;  // gathering b keeps the units whole within max_live
+  int64_t elements(int b) const;
+  void record_reuse_distances();
   void wait_inflight(int b);
   // Materialises bucket b, records it in the gather sequence, and all-gathers into it.
   std::shared_ptr<Work> start_gather(int b, bool async);

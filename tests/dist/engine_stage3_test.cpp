@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -192,6 +193,7 @@ int64_t train_within(int stage, int64_t budget) {
     auto model = std::make_shared<TinyTransformer>(o);
     zero::Config config = stage3_config(test_world().size());
     config.zero.stage = stage;
+    config.zero.stage3_max_live_parameters = 400'000;  // two of its 200 k-element units
     zero::Engine engine(*model, config, test_world());
     const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
     for (int step = 0; step < 3; ++step) {
@@ -345,6 +347,7 @@ TEST(EngineStage3, PrefetchGathersTheNextUnitAheadAndFallsBackOnANewOrder) {
     auto model = std::make_shared<TinyTransformer>(o);
     zero::Config config = stage3_config(test_world().size());
     config.zero.stage3_prefetch_bucket_size = prefetch;
+    config.zero.stage3_max_reuse_distance = 0;  // only the last unit kept (for a backward)
     zero::Engine engine(*model, config, test_world());
     torch::NoGradGuard no_grad;
     at::Tensor first = engine.forward([&] { return model->forward(tokens); });  // records the order
@@ -369,4 +372,80 @@ TEST(EngineStage3, PrefetchGathersTheNextUnitAheadAndFallsBackOnANewOrder) {
   const at::Tensor expected = model.a->block->forward(model.b->block->forward(x));
   EXPECT_TRUE(swapped.allclose(expected)) << "stale or mixed weights after the order changed";
   engine.step();  // the gather order was the same on every rank: no error
+}
+
+namespace {
+
+struct LiveRun {
+  int64_t gathers_per_step = 0;  // all-gathers of a step after the first (which records the order)
+  int64_t peak_units = 0;        // gathered_peak in units (all units are one size)
+  int64_t peak_remainder = 0;    // gathered_peak modulo one unit: 0 when the peak is whole units
+};
+
+// Four equal units; three steps with backward; the first records the order.
+LiveRun run_with_limits(int64_t prefetch, int64_t max_live_units, int64_t reuse_units) {
+  zero::models::TinyTransformerOptions o;
+  o.layers = 4;
+  torch::manual_seed(11);
+  auto model = std::make_shared<TinyTransformer>(o);
+  const int n = test_world().size();
+  int64_t unit = 0;  // elements of one unit's bucket: padded to n × 8 (fp32)
+  for (const auto& p : model->blocks[0]->parameters()) unit += p.numel();
+  unit = round_up(unit, 8 * n);
+  zero::Config config = stage3_config(n);
+  config.zero.stage3_prefetch_bucket_size = prefetch;
+  config.zero.stage3_max_live_parameters = max_live_units * unit;
+  config.zero.stage3_max_reuse_distance = reuse_units * unit;
+  zero::Engine engine(*model, config, test_world());
+  auto [tokens, targets] = zero::models::tiny_batch(24, o, 1);
+  const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
+  auto step = [&] {
+    at::Tensor loss =
+        engine.forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
+    engine.backward(loss);
+    engine.step();
+  };
+  step();
+  const int64_t before = engine.comm_stats().total(zero::CollectiveOp::kAllGather).calls;
+  step();
+  step();
+  LiveRun r;
+  r.gathers_per_step = (engine.comm_stats().total(zero::CollectiveOp::kAllGather).calls - before) / 2;
+  const int64_t peak_elements = engine.memory_report().gathered_peak / 4;
+  r.peak_units = peak_elements / unit;
+  r.peak_remainder = peak_elements % unit;
+  for (const auto& block : model->blocks) {
+    for (const auto& p : block->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u) << "a unit stayed whole after a step";
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST(EngineStage3, MaxLiveAndReuseDistanceBoundWhatStaysWhole) {
+  // A step's trace: forward u0 u1 u2 u3, backward u3 u2 u1 u0; each unit used again after
+  // 2 × (units after it) others. Gathers counted per step: the units' plus, on several ranks, one
+  // for the root bucket after the optimizer step. Peak: unit buckets whole at once, in units.
+  constexpr int64_t kOff = 0, kOn = 50'000'000, kAll = 1000;  // prefetch sizes; kAll units: no limit
+  struct Case {
+    int64_t prefetch, max_live_units, reuse_units;
+    int64_t unit_gathers, peak_units;
+  };
+  for (const Case& c : std::vector<Case>{
+           {kOff, 0, 0, 8, 1},        // nothing kept: every unit gathered twice, one whole at a time
+           {kOff, kAll, 0, 7, 1},     // the last unit's backward follows its forward at distance 0
+           {kOff, kAll, kAll, 4, 4},  // every unit kept from its forward to its backward
+           {kOff, 2, kAll, 6, 3},     // u0, u1 kept (2 units live), u2, u3 not: max_live + one unit
+           {kOn, 0, 0, 8, 1},         // no room to prefetch
+           {kOn, 2, 0, 7, 2},         // the current unit and the next one
+           {kOn, kAll, kAll, 4, 4},
+       }) {
+    const LiveRun r = run_with_limits(c.prefetch, c.max_live_units, c.reuse_units);
+    const std::string label = "prefetch " + std::to_string(c.prefetch) + ", max_live " +
+                              std::to_string(c.max_live_units) + " units, reuse " + std::to_string(c.reuse_units);
+    EXPECT_EQ(r.gathers_per_step, c.unit_gathers + (test_world().size() > 1 ? 1 : 0)) << label;
+    EXPECT_EQ(r.peak_units, c.peak_units) << label;
+    EXPECT_EQ(r.peak_remainder, 0) << label;
+    EXPECT_LE(r.peak_units, std::min<int64_t>(c.max_live_units, 4) + 1) << label;
+  }
 }
