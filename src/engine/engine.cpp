@@ -59,7 +59,6 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   note(!z.allgather_partitions, "zero_optimization.allgather_partitions",
        "ignored: partitions are always all-gathered");
   note(z.round_robin_gradients, "zero_optimization.round_robin_gradients", "not implemented yet");
-  note(z.stage == 3, "zero_optimization.sub_group_size", "not implemented yet");
   // Stage 2 accumulates in fp32; stages 0/1 accumulate in .grad, which autograd keeps in the
   // model's dtype: with a 16-bit model and several micro-steps that is not the fp32 asked for.
   const bool sixteen_bit = c.bf16 || c.fp16.enabled;
@@ -255,7 +254,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.optimizer = optim::make_flat_optimizer(
       config.optimizer, s.master.numel(),
-      decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()), std::move(fragments));
+      decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()), std::move(fragments),
+      config.zero.sub_group_size);
 }
 
 Engine::~Engine() = default;
@@ -299,9 +299,13 @@ void Engine::step() {
   ++s.global_steps;
   if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
   at::Tensor grads = s.reducer->owned_gradients();
+  // Everything below runs in tiles of sub_group_size elements: temporaries stay a few tiles.
+  const std::vector<optim::Tile> tiles = optim::tiles_of(grads.numel(), s.config.zero.sub_group_size);
   if (s.config.fp16.enabled) {
     // Overflow anywhere skips the step everywhere.
-    at::Tensor overflow = at::full({1}, grads.isfinite().all().item<bool>() ? 0 : 1, at::kInt);
+    bool finite = true;
+    for (const optim::Tile t : tiles) finite = finite && grads.narrow(0, t.offset, t.length).isfinite().all().item<bool>();
+    at::Tensor overflow = at::full({1}, finite ? 0 : 1, at::kInt);
     s.comm.all_reduce(overflow, ReduceOp::kMax, {.async = false});
     if (overflow.item<int>() != 0) {
       s.scaler.update(true);
@@ -313,7 +317,9 @@ void Engine::step() {
   }
   // Global L2 norm of the (still loss-scaled) gradients; padding elements are zero and add nothing.
   // Partitioned, each rank holds a share of the squares; at stage 0 every rank holds them all.
-  at::Tensor squares = at::full({1}, grads.pow(2).sum(at::kDouble).item<double>(), at::kDouble);
+  double sum_of_squares = 0;
+  for (const optim::Tile t : tiles) sum_of_squares += grads.narrow(0, t.offset, t.length).pow(2).sum(at::kDouble).item<double>();
+  at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);
   if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
   const double scaled_norm = std::sqrt(squares.item<double>());
   s.grad_norm = scaled_norm / loss_scale();

@@ -11,30 +11,34 @@ namespace zero::optim {
 namespace {
 
 at::Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat); }
+at::Tensor slice(const at::Tensor& t, Tile tile) { return t.narrow(0, tile.offset, tile.length); }
 
 // Adam and AdamW: m, v; bias correction; weight decay decoupled (AdamW mode) or added to the
 // gradient (Adam mode).
 class Adam : public FlatOptimizer {
  public:
-  Adam(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
-      : FlatOptimizer(std::move(runs)), c_(c), m_(zeros(n)), v_(zeros(n)) {}
-  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    at::Tensor g = grads;
-    if (c_.adam_w_mode) {
-      decay(params, p.lr);
-    } else {
-      g = with_l2(grads, params);
-    }
-    m_.mul_(p.beta1).add_(g, 1 - p.beta1);
-    v_.mul_(p.beta2).addcmul_(g, g, 1 - p.beta2);
-    const double t = static_cast<double>(p.step);
-    const double bc1 = c_.bias_correction ? 1 - std::pow(p.beta1, t) : 1.0;
-    const double bc2 = c_.bias_correction ? 1 - std::pow(p.beta2, t) : 1.0;
-    at::Tensor denom = (v_.sqrt() / std::sqrt(bc2)).add_(c_.eps);
-    params.addcdiv_(m_, denom, -p.lr / bc1);
-  }
+  Adam(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
+      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n)), v_(zeros(n)) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override {
     return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+  }
+
+ protected:
+  void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
+    at::Tensor g = grads;
+    if (c_.adam_w_mode) {
+      decay(params, p.lr, t);
+    } else {
+      g = with_l2(grads, params, t);
+    }
+    at::Tensor m = slice(m_, t), v = slice(v_, t);
+    m.mul_(p.beta1).add_(g, 1 - p.beta1);
+    v.mul_(p.beta2).addcmul_(g, g, 1 - p.beta2);
+    const double n = static_cast<double>(p.step);
+    const double bc1 = c_.bias_correction ? 1 - std::pow(p.beta1, n) : 1.0;
+    const double bc2 = c_.bias_correction ? 1 - std::pow(p.beta2, n) : 1.0;
+    at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(c_.eps);
+    params.addcdiv_(m, denom, -p.lr / bc1);
   }
 
  private:
@@ -44,14 +48,17 @@ class Adam : public FlatOptimizer {
 
 class Adagrad : public FlatOptimizer {
  public:
-  Adagrad(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
-      : FlatOptimizer(std::move(runs)), c_(c), sum_(zeros(n)) {}
-  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    at::Tensor g = with_l2(grads, params);
-    sum_.addcmul_(g, g, 1.0);
-    params.addcdiv_(g, sum_.sqrt().add_(c_.eps), -p.lr);
-  }
+  Adagrad(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
+      : FlatOptimizer(std::move(runs), tile), c_(c), sum_(zeros(n)) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"sum", sum_}}; }
+
+ protected:
+  void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
+    at::Tensor g = with_l2(grads, params, t);
+    at::Tensor sum = slice(sum_, t);
+    sum.addcmul_(g, g, 1.0);
+    params.addcdiv_(g, sum.sqrt().add_(c_.eps), -p.lr);
+  }
 
  private:
   OptimizerConfig c_;
@@ -61,15 +68,18 @@ class Adagrad : public FlatOptimizer {
 // Lion: the sign of an interpolation of momentum and gradient; decoupled weight decay.
 class Lion : public FlatOptimizer {
  public:
-  Lion(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
-      : FlatOptimizer(std::move(runs)), c_(c), m_(zeros(n)) {}
-  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    at::Tensor update = (m_ * p.beta1).add_(grads, 1 - p.beta1).sign_();
-    decay(params, p.lr);
-    params.add_(update, -p.lr);
-    m_.mul_(p.beta2).add_(grads, 1 - p.beta2);
-  }
+  Lion(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
+      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n)) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"exp_avg", m_}}; }
+
+ protected:
+  void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
+    at::Tensor m = slice(m_, t);
+    at::Tensor update = (m * p.beta1).add_(grads, 1 - p.beta1).sign_();
+    decay(params, p.lr, t);
+    params.add_(update, -p.lr);
+    m.mul_(p.beta2).add_(grads, 1 - p.beta2);
+  }
 
  private:
   OptimizerConfig c_;
@@ -80,23 +90,26 @@ class Lion : public FlatOptimizer {
 // gradient as it is), Nesterov.
 class Sgd : public FlatOptimizer {
  public:
-  Sgd(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs)
-      : FlatOptimizer(std::move(runs)), c_(c), buffer_(c.momentum != 0 ? zeros(n) : at::Tensor()) {}
-  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    at::Tensor g = with_l2(grads, params);
-    if (c_.momentum != 0) {
-      if (p.step == 1) {
-        buffer_.copy_(g);
-      } else {
-        buffer_.mul_(c_.momentum).add_(g, 1 - c_.dampening);
-      }
-      g = c_.nesterov ? g.add(buffer_, c_.momentum) : buffer_;
-    }
-    params.add_(g, -p.lr);
-  }
+  Sgd(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
+      : FlatOptimizer(std::move(runs), tile), c_(c), buffer_(c.momentum != 0 ? zeros(n) : at::Tensor()) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override {
     if (!buffer_.defined()) return {};
     return {{"momentum_buffer", buffer_}};
+  }
+
+ protected:
+  void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
+    at::Tensor g = with_l2(grads, params, t);
+    if (c_.momentum != 0) {
+      at::Tensor buffer = slice(buffer_, t);
+      if (p.step == 1) {
+        buffer.copy_(g);
+      } else {
+        buffer.mul_(c_.momentum).add_(g, 1 - c_.dampening);
+      }
+      g = c_.nesterov ? g.add(buffer, c_.momentum) : buffer;
+    }
+    params.add_(g, -p.lr);
   }
 
  private:
@@ -108,58 +121,103 @@ class Sgd : public FlatOptimizer {
 // trust ratio ||w|| / ||update|| clipped to [min_coeff, max_coeff] (1 when either norm is 0).
 class Lamb : public FlatOptimizer {
  public:
-  Lamb(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, ParamFragments fragments)
-      : FlatOptimizer(std::move(runs)), c_(c), m_(zeros(n)), v_(zeros(n)), fragments_(std::move(fragments)) {
+  Lamb(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile)
+      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n)), v_(zeros(n)), fragments_(std::move(fragments)) {
     if (fragments_.fragments.empty() && fragments_.num_params == 0) {
       fragments_.num_params = 1;
       fragments_.fragments.push_back({0, n, 0});
     }
   }
+  // Two passes over the tiles: moments and whole-parameter norms (summed over ranks), then the
+  // update scaled by each parameter's trust ratio (FlatOptimizer::step, through step_tile). The
+  // direction is computed in both passes rather than kept: keeping it would cost a buffer.
   void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
-    m_.mul_(p.beta1).add_(grads, 1 - p.beta1);
-    v_.mul_(p.beta2).addcmul_(grads, grads, 1 - p.beta2);
-    const double t = static_cast<double>(p.step);
-    const double bc1 = c_.bias_correction ? 1 - std::pow(p.beta1, t) : 1.0;
-    const double bc2 = c_.bias_correction ? 1 - std::pow(p.beta2, t) : 1.0;
-    at::Tensor update = with_l2((m_ / bc1) / (v_ / bc2).sqrt_().add_(c_.eps), params);
+    const double n = static_cast<double>(p.step);
+    bc1_ = c_.bias_correction ? 1 - std::pow(p.beta1, n) : 1.0;
+    bc2_ = c_.bias_correction ? 1 - std::pow(p.beta2, n) : 1.0;
     at::Tensor sums = at::zeros({fragments_.num_params, 2}, at::kDouble);
     auto s = sums.accessor<double, 2>();
-    for (const auto& f : fragments_.fragments) {
-      s[f.param][0] += params.narrow(0, f.offset, f.length).pow(2).sum(at::kDouble).item<double>();
-      s[f.param][1] += update.narrow(0, f.offset, f.length).pow(2).sum(at::kDouble).item<double>();
+    for (const Tile t : tiles(params.numel())) {
+      const at::Tensor g = slice(grads, t), w = slice(params, t);
+      slice(m_, t).mul_(p.beta1).add_(g, 1 - p.beta1);
+      slice(v_, t).mul_(p.beta2).addcmul_(g, g, 1 - p.beta2);
+      const at::Tensor update = direction(w, t);
+      for_fragments_in(t, [&](const ParamFragments::Fragment& f, int64_t begin, int64_t length) {
+        s[f.param][0] += w.narrow(0, begin, length).pow(2).sum(at::kDouble).item<double>();
+        s[f.param][1] += update.narrow(0, begin, length).pow(2).sum(at::kDouble).item<double>();
+      });
     }
     if (fragments_.sum_over_ranks) fragments_.sum_over_ranks(sums);
-    for (const auto& f : fragments_.fragments) {
-      const double w = std::sqrt(s[f.param][0]), u = std::sqrt(s[f.param][1]);
-      const double trust = w != 0 && u != 0 ? std::clamp(w / u, c_.min_coeff, c_.max_coeff) : 1.0;
-      params.narrow(0, f.offset, f.length).add_(update.narrow(0, f.offset, f.length), -p.lr * trust);
+    trust_.assign(static_cast<size_t>(fragments_.num_params), 1.0);
+    for (int i = 0; i < fragments_.num_params; ++i) {
+      const double w = std::sqrt(s[i][0]), u = std::sqrt(s[i][1]);
+      if (w != 0 && u != 0) trust_[static_cast<size_t>(i)] = std::clamp(w / u, c_.min_coeff, c_.max_coeff);
     }
+    FlatOptimizer::step(params, grads, p);
   }
   std::vector<std::pair<std::string, at::Tensor>> state() const override {
     return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
   }
 
+ protected:
+  void step_tile(const at::Tensor& params, const at::Tensor&, const StepParams& p, Tile t) override {
+    const at::Tensor update = direction(params, t);
+    for_fragments_in(t, [&](const ParamFragments::Fragment& f, int64_t begin, int64_t length) {
+      params.narrow(0, begin, length).add_(update.narrow(0, begin, length), -p.lr * trust_[static_cast<size_t>(f.param)]);
+    });
+  }
+
  private:
+  // Adam's bias-corrected direction plus L2 decay, for tile t (params: the tile).
+  at::Tensor direction(const at::Tensor& params, Tile t) const {
+    return with_l2((slice(m_, t) / bc1_) / (slice(v_, t) / bc2_).sqrt_().add_(c_.eps), params, t);
+  }
+  // fn(fragment, begin within the tile, length) for each fragment's part inside tile t.
+  template <class Fn>
+  void for_fragments_in(Tile t, Fn&& fn) const {
+    for (const auto& f : fragments_.fragments) {
+      const int64_t begin = std::max(f.offset, t.offset), end = std::min(f.offset + f.length, t.offset + t.length);
+      if (begin < end) fn(f, begin - t.offset, end - begin);
+    }
+  }
+
   OptimizerConfig c_;
   at::Tensor m_, v_;
   ParamFragments fragments_;
+  double bc1_ = 1, bc2_ = 1;
+  std::vector<double> trust_;  // per parameter, for this step
 };
 
 }  // namespace
 
-void FlatOptimizer::decay(const at::Tensor& params, double lr) const {
+void FlatOptimizer::step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) {
+  for (const Tile t : tiles(params.numel())) step_tile(slice(params, t), slice(grads, t), p, t);
+}
+
+std::vector<Tile> tiles_of(int64_t numel, int64_t tile) {
+  std::vector<Tile> out;
+  for (int64_t offset = 0; offset < numel; offset += tile) out.push_back({offset, std::min(tile, numel - offset)});
+  return out;
+}
+
+template <class Fn>
+void FlatOptimizer::for_runs_in(Tile t, Fn&& fn) const {
   for (const DecayRun& r : runs_) {
-    if (r.weight_decay != 0) params.narrow(0, r.offset, r.length).mul_(1 - lr * r.weight_decay);
+    const int64_t begin = std::max(r.offset, t.offset), end = std::min(r.offset + r.length, t.offset + t.length);
+    if (begin < end && r.weight_decay != 0) fn(begin - t.offset, end - begin, r.weight_decay);
   }
 }
 
-at::Tensor FlatOptimizer::with_l2(const at::Tensor& grads, const at::Tensor& params) const {
+void FlatOptimizer::decay(const at::Tensor& params, double lr, Tile t) const {
+  for_runs_in(t, [&](int64_t begin, int64_t length, double wd) { params.narrow(0, begin, length).mul_(1 - lr * wd); });
+}
+
+at::Tensor FlatOptimizer::with_l2(const at::Tensor& grads, const at::Tensor& params, Tile t) const {
   at::Tensor g;
-  for (const DecayRun& r : runs_) {
-    if (r.weight_decay == 0) continue;
+  for_runs_in(t, [&](int64_t begin, int64_t length, double wd) {
     if (!g.defined()) g = grads.clone();
-    g.narrow(0, r.offset, r.length).add_(params.narrow(0, r.offset, r.length), r.weight_decay);
-  }
+    g.narrow(0, begin, length).add_(params.narrow(0, begin, length), wd);
+  });
   return g.defined() ? g : grads;
 }
 
@@ -170,21 +228,22 @@ int64_t FlatOptimizer::state_bytes() const {
 }
 
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
-                                                   std::vector<DecayRun> runs, ParamFragments fragments) {
+                                                   std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile) {
+  if (tile < 1) throw Error("sub_group_size must be at least 1", "zero_optimization.sub_group_size");
   if (runs.empty()) runs.push_back({0, numel, config.weight_decay});
   switch (config.type) {
     case OptimizerType::kAdam:
     case OptimizerType::kAdamW:
     case OptimizerType::kCpuAdam:
-      return std::make_unique<Adam>(config, numel, std::move(runs));
+      return std::make_unique<Adam>(config, numel, std::move(runs), tile);
     case OptimizerType::kAdagrad:
-      return std::make_unique<Adagrad>(config, numel, std::move(runs));
+      return std::make_unique<Adagrad>(config, numel, std::move(runs), tile);
     case OptimizerType::kLion:
-      return std::make_unique<Lion>(config, numel, std::move(runs));
+      return std::make_unique<Lion>(config, numel, std::move(runs), tile);
     case OptimizerType::kSgd:
-      return std::make_unique<Sgd>(config, numel, std::move(runs));
+      return std::make_unique<Sgd>(config, numel, std::move(runs), tile);
     case OptimizerType::kLamb:
-      return std::make_unique<Lamb>(config, numel, std::move(runs), std::move(fragments));
+      return std::make_unique<Lamb>(config, numel, std::move(runs), std::move(fragments), tile);
     case OptimizerType::kNone:
       break;
   }

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,30 +44,50 @@ struct ParamFragments {
   std::function<void(const at::Tensor&)> sum_over_ranks;  // in place, float64 [num_params, 2]
 };
 
+// A slice [offset, offset + length) of the flat buffer.
+struct Tile {
+  int64_t offset = 0, length = 0;
+};
+
+// [0, numel) cut into slices of at most `tile` elements.
+std::vector<Tile> tiles_of(int64_t numel, int64_t tile);
+
 class FlatOptimizer {
  public:
-  explicit FlatOptimizer(std::vector<DecayRun> runs) : runs_(std::move(runs)) {}
+  // `tile`: the step runs over the buffer in slices of at most this many elements (DeepSpeed's
+  // sub_group_size), so its temporaries are a few slices, not a few buffers. Every formula is
+  // element-wise: the result does not depend on the tile.
+  FlatOptimizer(std::vector<DecayRun> runs, int64_t tile) : runs_(std::move(runs)), tile_(tile) {}
   virtual ~FlatOptimizer() = default;
   // params and grads: contiguous fp32 of the same size (the size given at construction).
-  virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) = 0;
+  virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p);
   // Named state tensors (checkpoints, memory reports).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
   int64_t state_bytes() const;
 
  protected:
-  // params *= (1 - lr * wd), run by run (decoupled decay: AdamW, Lion).
-  void decay(const at::Tensor& params, double lr) const;
-  // grads + wd * params, run by run (L2 decay: Adam, Adagrad, SGD); `grads` itself when all wd are 0.
-  at::Tensor with_l2(const at::Tensor& grads, const at::Tensor& params) const;
+  // One tile: `params` and `grads` are already narrowed to it; state tensors are narrowed with t.
+  virtual void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) = 0;
+  std::vector<Tile> tiles(int64_t numel) const { return tiles_of(numel, tile_); }
+  // params *= (1 - lr * wd), run by run (decoupled decay: AdamW, Lion); params is tile t.
+  void decay(const at::Tensor& params, double lr, Tile t) const;
+  // grads + wd * params, run by run (L2 decay: Adam, Adagrad, SGD); `grads` itself when all wd
+  // are 0. Both are tile t.
+  at::Tensor with_l2(const at::Tensor& grads, const at::Tensor& params, Tile t) const;
 
  private:
+  // The part of each decay run inside tile t, relative to the tile.
+  template <class Fn>
+  void for_runs_in(Tile t, Fn&& fn) const;
   std::vector<DecayRun> runs_;
+  int64_t tile_;
 };
 
 // Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD, Lamb. `runs`: per-run weight decay
 // (parameter groups); empty: config.weight_decay for all. Lamb needs `fragments`; without them it
-// treats the whole buffer as one parameter.
+// treats the whole buffer as one parameter. `tile`: see FlatOptimizer.
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
-                                                   std::vector<DecayRun> runs = {}, ParamFragments fragments = {});
+                                                   std::vector<DecayRun> runs = {}, ParamFragments fragments = {},
+                                                   int64_t tile = INT64_MAX);
 
 }  // namespace zero::optim

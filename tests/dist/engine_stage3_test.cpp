@@ -449,3 +449,50 @@ TEST(EngineStage3, MaxLiveAndReuseDistanceBoundWhatStaysWhole) {
     EXPECT_LE(r.peak_units, std::min<int64_t>(c.max_live_units, 4) + 1) << label;
   }
 }
+
+TEST(EngineStage3, SubGroupSizeTilesTheStepSameBitsFewerBytes) {
+  zero::MemoryTracker& tracker = zero::MemoryTracker::install();
+  zero::models::TinyTransformerOptions o;
+  o.layers = 4;
+  auto [tokens, targets] = zero::models::tiny_batch(24, o, 1);
+  struct Result {
+    at::Tensor weights;
+    int64_t step_peak = 0;  // bytes allocated on top of what lived before the step, at most
+    int64_t owned = 0;      // elements of this rank's master
+  };
+  auto run = [&](int64_t sub_group_size) {
+    torch::manual_seed(11);
+    auto model = std::make_shared<TinyTransformer>(o);
+    zero::Config config = stage3_config(test_world().size());
+    config.zero.sub_group_size = sub_group_size;
+    zero::Engine engine(*model, config, test_world());
+    const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
+    Result r;
+    for (int step = 0; step < 3; ++step) {
+      engine.backward(
+          engine.forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); }));
+      tracker.reset_peak();
+      const int64_t before = tracker.current();
+      engine.step();
+      r.step_peak = std::max(r.step_peak, tracker.peak() - before);
+    }
+    r.owned = engine.memory_report().master_weights / 4;
+    engine.gather_parameters();
+    std::vector<at::Tensor> flat;
+    for (const auto& p : model->parameters()) flat.push_back(p.detach().reshape(-1).clone());
+    r.weights = at::cat(flat);
+    return r;
+  };
+  constexpr int64_t kTile = 1024;
+  const Result whole = run(1'000'000'000), tiled = run(kTile);
+  EXPECT_TRUE(tiled.weights.equal(whole.weights)) << "tiles changed the result";  // no clipping: the norm is unused
+  // The step's temporaries peak at three floats per element of a tile (AdamW's sqrt(v), its
+  // quotient, and one inside addcdiv_), plus a few scalars (8 bytes measured; 64 allowed).
+  EXPECT_GE(whole.step_peak, 3 * 4 * whole.owned);
+  EXPECT_LE(whole.step_peak, 3 * 4 * whole.owned + 64);
+  EXPECT_GE(tiled.step_peak, 3 * 4 * kTile);
+  EXPECT_LE(tiled.step_peak, 3 * 4 * kTile + 64);
+  if (test_world().rank() == 0)
+    std::printf("step peak: %lld bytes untiled, %lld in tiles of %lld (owned %lld elements)\n",
+                (long long)whole.step_peak, (long long)tiled.step_peak, (long long)kTile, (long long)whole.owned);
+}
