@@ -16,13 +16,26 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace zero {
 
 class UnitBase;
+
+// What zero::Init (include/zero/init.h) leaves on a unit it partitioned as it was built: the
+// engine adopts it instead of flattening whole parameters.
+struct PartitionedUnit {
+  at::Tensor buffer;               // the unit's flat bucket, padded; its bytes are freed
+  at::Tensor shard;                // this rank's shard of the bucket
+  std::vector<at::Tensor> params;  // the parameters in the bucket, in bucket order
+  uint64_t checksum = 0;           // of the whole bucket's values (the engine compares ranks)
+  int world_size = 0;
+};
 
 namespace detail {
 // What a stage-3 engine does around a unit's forward.
@@ -31,6 +44,8 @@ struct UnitHooks {
   virtual void before_forward(UnitBase& unit) = 0;
   virtual at::Tensor after_forward(UnitBase& unit, at::Tensor output) = 0;
 };
+// Inside a zero::Init scope: partitions the unit's parameters (defined in the library).
+void partition_if_initializing(UnitBase& unit);
 }  // namespace detail
 
 class UnitBase : public torch::nn::Module {
@@ -41,6 +56,9 @@ class UnitBase : public torch::nn::Module {
     index_ = index;
   }
   int unit_index() const { return index_; }
+  // Set when the unit was built inside a zero::Init scope.
+  const std::optional<PartitionedUnit>& partitioned() const { return partitioned_; }
+  void set_partitioned(PartitionedUnit p) { partitioned_ = std::move(p); }
 
  protected:
   at::Tensor run(const std::function<at::Tensor()>& forward) {
@@ -52,6 +70,7 @@ class UnitBase : public torch::nn::Module {
  private:
   detail::UnitHooks* hooks_ = nullptr;
   int index_ = -1;
+  std::optional<PartitionedUnit> partitioned_;
 };
 
 template <class Block>
@@ -59,7 +78,9 @@ class Unit : public UnitBase {
  public:
   template <class... Args>
   explicit Unit(Args&&... args)
-      : block(register_module("block", std::make_shared<Block>(std::forward<Args>(args)...))) {}
+      : block(register_module("block", std::make_shared<Block>(std::forward<Args>(args)...))) {
+    detail::partition_if_initializing(*this);
+  }
 
   template <class... Inputs>
   at::Tensor forward(Inputs&&... inputs) {

@@ -7,6 +7,7 @@
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/error.h"
+#include "zero/init.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
 #include "zero/memory_tracker.h"

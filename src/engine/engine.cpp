@@ -14,6 +14,7 @@
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
+#include "engine/partitioned_init.h"
 #include "optim/flat_optimizer.h"
 #include "zero/error.h"
 #include "zero/loss_scaler.h"
@@ -167,14 +168,28 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   if (world.rank() == 0) {
     for (const auto& w : s.warnings) std::fprintf(stderr, "zerocpp: warning: %s\n", w.c_str());
   }
+  // Units built under zero::Init hold only shards (already in the training dtype): checked and
+  // compared across ranks, never broadcast or cast.
+  const engine::PartitionedUnits partitioned = engine::find_partitioned_units(model);
+  if (!partitioned.units.empty() && config.zero.stage != 3) {
+    throw Error("the model was built under zero::Init, which partitions it for stage 3, but the config says stage " +
+                    std::to_string(config.zero.stage),
+                "zero_optimization.stage", world.rank());
+  }
   // DeepSpeed casts the module to the training precision before anything else: dtypes must be
   // final before hooks are attached (changing one drops the gradient accumulator).
-  if (config.bf16) model.to(at::kBFloat16);
-  if (config.fp16.enabled) model.to(at::kHalf);
+  at::ScalarType dtype = config.bf16 ? at::kBFloat16 : at::kHalf;
+  if (!config.bf16 && !config.fp16.enabled) {  // the model's own
+    dtype = partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type();
+  }
+  engine::verify_partitioned_units(partitioned, s.comm, dtype);
+  if (config.bf16 || config.fp16.enabled) model.to(dtype);
   {
     at::NoGradGuard no_grad;
     // Every rank starts from rank 0's weights and buffers.
-    for (auto& p : model.parameters()) s.comm.broadcast(p.detach(), 0, {.async = false});
+    for (auto& p : model.parameters()) {
+      if (!partitioned.contains(p)) s.comm.broadcast(p.detach(), 0, {.async = false});
+    }
     for (auto& b : model.buffers()) s.comm.broadcast(b.detach(), 0, {.async = false});
   }
   const int partitions = config.zero.stage == 0 ? 1 : world.size();
@@ -191,12 +206,16 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     units = engine::find_units(model, params, s.param_names);
     // DeepSpeed's persistence thresholds: small parameters stay whole on every rank (in the root
     // unit), up to a total of stage3_model_persistence_threshold elements.
+    // Units built under zero::Init decided as they were built: what they sharded stays sharded.
     int64_t persisted = 0;
     const int root = static_cast<int>(units.units.size());
     for (size_t i = 0; i < params.size(); ++i) {
       const int64_t n = params[i].numel();
-      if (units.group_of[i] == root || n > config.zero.stage3_param_persistence_threshold ||
-          persisted + n > config.zero.stage3_model_persistence_threshold) {
+      const int group = units.group_of[i];
+      const bool built_partitioned = group != root && units.units[static_cast<size_t>(group)]->partitioned();
+      if (built_partitioned ? partitioned.contains(params[i])
+                            : group == root || n > config.zero.stage3_param_persistence_threshold ||
+                                  persisted + n > config.zero.stage3_model_persistence_threshold) {
         continue;
       }
       units.group_of[i] = root;
@@ -204,9 +223,12 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     }
   }
   // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.
+  std::vector<at::Tensor> adopted;  // per unit: the bucket zero::Init made
+  for (const UnitBase* unit : units.units)
+    adopted.push_back(unit->partitioned() ? unit->partitioned()->buffer : at::Tensor());
   s.flat = std::make_unique<engine::FlatParams>(
       std::move(params), partitions, stage3 ? std::numeric_limits<int64_t>::max() / 4 : config.zero.reduce_bucket_size,
-      units.group_of);
+      units.group_of, adopted);
   std::optional<at::ScalarType> wire;
   switch (config.communication_data_type) {
     case CommDType::kFp32:
@@ -225,11 +247,6 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, std::min(config.zero.stage, 2),
                                                     config.zero.overlap_comm, config.prescale_gradients,
                                                     config.gradient_predivide_factor, wire, config.zero.reduce_scatter);
-  std::vector<at::Tensor> shards;
-  for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
-    shards.push_back(s.flat->shard(s.flat->buffer(static_cast<int>(b)), static_cast<int>(b), s.owner_rank));
-  }
-  s.master = at::cat(shards).to(at::kFloat);
   if (stage3) {
     s.stage3 = std::make_unique<engine::Stage3>(
         *s.flat, s.comm, world.rank(), std::move(units),
@@ -238,6 +255,13 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance});
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
+  std::vector<at::Tensor> shards;
+  for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
+    const int bucket = static_cast<int>(b);
+    shards.push_back(s.stage3 && !s.stage3->is_root(bucket) ? s.stage3->owned(bucket)
+                                                            : s.flat->shard(s.flat->buffer(bucket), bucket, s.owner_rank));
+  }
+  s.master = at::cat(shards).to(at::kFloat);
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
   // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
   optim::ParamFragments fragments;

@@ -51,22 +51,47 @@ at::ScalarType common_dtype(const std::vector<at::Tensor>& params) {
 int64_t alignment_for(at::ScalarType dtype) { return 32 / static_cast<int64_t>(c10::elementSize(dtype)); }
 
 FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements,
-                       const std::vector<int>& groups)
+                       const std::vector<int>& groups, const std::vector<at::Tensor>& adopted)
     : params_(std::move(params)),
       layout_(numels(params_), partitions, alignment_for(common_dtype(params_)), bucket_elements,
               layout_order(params_.size(), groups), groups),
       dtype_(params_[0].scalar_type()),
       released_(layout_.buckets().size(), false) {
   at::NoGradGuard no_grad;
-  for (const auto& bucket : layout_.buckets())
-    buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const layout::Bucket& bucket = layout_.buckets()[b];
+    const size_t group = groups.empty() ? 0 : static_cast<size_t>(groups[static_cast<size_t>(bucket.params.front())]);
+    if (group < adopted.size() && adopted[group].defined()) {
+      check_adopted(adopted[group], static_cast<int>(b));
+      buffers_.push_back(adopted[group]);
+      released_[b] = true;
+    } else {
+      buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
+    }
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i];
     const layout::ParamSlot& s = layout_.slot(static_cast<int>(i));
+    if (released_[static_cast<size_t>(s.bucket)]) continue;  // adopted: already a view of its bucket
     at::Tensor& buffer = buffers_[static_cast<size_t>(s.bucket)];
     buffer.narrow(0, s.offset, s.numel).copy_(p.reshape(-1));
     // Note: set_ keeps the tensor object (modules and autograd hold it) and only swaps its storage.
     p.set_(buffer.storage(), buffer.storage_offset() + s.offset, p.sizes(), c10::contiguous_strides(p.sizes()));
+  }
+}
+
+void FlatParams::check_adopted(const at::Tensor& buffer, int b) const {
+  const layout::Bucket& bucket = layout_.buckets()[static_cast<size_t>(b)];
+  bool same = buffer.numel() == bucket.padded && buffer.scalar_type() == dtype_;
+  for (int p : bucket.params) {
+    const at::Tensor& param = params_[static_cast<size_t>(p)];
+    same = same && param.storage().unsafeGetStorageImpl() == buffer.storage().unsafeGetStorageImpl() &&
+           param.storage_offset() - buffer.storage_offset() == layout_.slot(p).offset;
+  }
+  if (!same) {
+    throw Error("a unit built under zero::Init has another layout than the engine's (another world size, dtype or "
+                "persistence threshold?): build the model with the engine's config and world",
+                "zero::Init");
   }
 }
 

@@ -20,8 +20,10 @@ class FlatParams {
   // out in reverse order (the order backward produces their gradients). With `groups` (stage 3:
   // the unit of each parameter) every group gets its own bucket, groups ordered by when backward
   // completes them (the group whose first-registered parameter comes latest goes first).
+  // `adopted[g]`, where defined: group g's bucket as zero::Init left it (bytes freed, parameters
+  // already viewing it); taken as it is, released, after checking it has this layout.
   FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements,
-             const std::vector<int>& groups = {});
+             const std::vector<int>& groups = {}, const std::vector<at::Tensor>& adopted = {});
 
   const layout::BucketLayout& layout() const { return layout_; }
   const std::vector<at::Tensor>& params() const { return params_; }
@@ -47,6 +49,7 @@ class FlatParams {
   at::ScalarType dtype_;
   std::vector<at::Tensor> buffers_;
   std::vector<bool> released_;
+  void check_adopted(const at::Tensor& buffer, int b) const;
 };
 
 // Alignment, in elements, that makes every shard start on a 32-byte boundary.

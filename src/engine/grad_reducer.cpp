@@ -200,9 +200,10 @@ void GradReducer::end_backward() {
   if (!reducing_) return;
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
-    // Parameters that got no gradient this micro-step contribute zeros.
-    if (stage_ == 2 && !staged_[b].defined()) staged_[b] = acquire_bucket(static_cast<int>(b));
     const bool was_complete = ready_[b] == static_cast<int>(buckets[b].params.size());
+    // Parameters that got no gradient this micro-step contribute zeros. (A complete bucket was
+    // launched already, and may have given its buffer back: it needs none.)
+    if (stage_ == 2 && !was_complete && !staged_[b].defined()) staged_[b] = acquire_bucket(static_cast<int>(b));
     ready_[b] = static_cast<int>(buckets[b].params.size());
     if (!was_complete && on_bucket_complete) on_bucket_complete(static_cast<int>(b));
   }

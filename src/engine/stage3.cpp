@@ -58,9 +58,14 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
     const bool root = group == static_cast<int>(map_.units.size());
     root_.push_back(root);
     if (!root) bucket_of_unit_[static_cast<size_t>(group)] = static_cast<int>(b);
-    owned_.push_back(root ? at::Tensor()
-                          : flat_.shard(flat_.buffer(static_cast<int>(b)), static_cast<int>(b), rank_).clone());
-    if (!root) flat_.release(static_cast<int>(b));
+    if (root) {
+      owned_.emplace_back();
+    } else if (flat_.released(static_cast<int>(b))) {  // built under zero::Init: the unit kept its shard
+      owned_.push_back(map_.units[static_cast<size_t>(group)]->partitioned()->shard);
+    } else {
+      owned_.push_back(flat_.shard(flat_.buffer(static_cast<int>(b)), static_cast<int>(b), rank_).clone());
+      flat_.release(static_cast<int>(b));
+    }
   }
   for (size_t u = 0; u < map_.units.size(); ++u) {
     if (bucket_of_unit_[u] < 0) continue;  // a unit without trainable parameters: nothing to do

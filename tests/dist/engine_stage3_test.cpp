@@ -13,6 +13,7 @@
 #include "models/tiny/tiny_transformer.h"
 #include "zero/engine.h"
 #include "zero/error.h"
+#include "zero/init.h"
 #include "zero/memory_tracker.h"
 
 namespace {
@@ -42,7 +43,7 @@ TEST(EngineStage3, UnitsHoldOnlyShardsBetweenSteps) {
   zero::Engine engine(*model, config, test_world());
   auto [tokens, targets] = zero::models::tiny_batch(24, o, 1);
   const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < 3; ++step) {
     at::Tensor loss =
         engine.forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
     engine.backward(loss);
@@ -75,6 +76,9 @@ TEST(EngineStage3, UnitsHoldOnlyShardsBetweenSteps) {
   const int64_t unit_bytes = 4 * (all_padded - round_up(root, quantum)) / static_cast<int64_t>(model->blocks.size());
   EXPECT_GE(r.gathered_peak, unit_bytes);
   EXPECT_LE(r.gathered_peak, 2 * unit_bytes);
+  // Gradient buckets: two pool buffers of the largest bucket, after any number of steps (the
+  // root's, held from lnf's gradient to wte's, and one the units take in turn).
+  EXPECT_EQ(r.buckets, 2 * std::max(unit_bytes, 4 * round_up(root, quantum)));
 
   // Gathered on request, and freed again by the next forward.
   engine.gather_parameters();
@@ -189,11 +193,15 @@ int64_t train_within(int stage, int64_t budget) {
   const int64_t before = tracker.current();
   tracker.set_budget(budget > 0 ? before + budget : 0);
   try {
-    torch::manual_seed(11);
-    auto model = std::make_shared<TinyTransformer>(o);
     zero::Config config = stage3_config(test_world().size());
     config.zero.stage = stage;
     config.zero.stage3_max_live_parameters = 400'000;  // two of its 200 k-element units
+    std::shared_ptr<TinyTransformer> model;
+    {
+      zero::Init init(config, test_world());  // stage 3: the whole model never exists on a rank
+      torch::manual_seed(11);
+      model = std::make_shared<TinyTransformer>(o);
+    }
     zero::Engine engine(*model, config, test_world());
     const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
     for (int step = 0; step < 3; ++step) {
@@ -214,8 +222,8 @@ int64_t train_within(int stage, int64_t budget) {
 TEST(EngineStage3, TrainsUnderABudgetTheFullStateExceeds) {
   // 1.2 M parameters: fp32 weights, gradients, master weights and Adam's two moments are 24 MB.
   // Each rank gets 20 MB of tensor memory (enforced by the tracking allocator): stage 0 cannot
-  // hold the state (it peaks at 43 MB); stage 3 across 4 ranks trains within it (18 MB, most of
-  // it building the whole model on every rank first: partitioned construction is not built yet).
+  // hold the state (it peaks at 43 MB); stage 3 across 4 ranks, built under zero::Init, trains
+  // within it.
   if (test_world().size() != 4) GTEST_SKIP() << "a 4-rank test";
   const int64_t budget = 20 << 20;
   const int64_t peak = train_within(3, budget);
