@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
     fmt::print(
         "| stage | overlap_comm | step ms (median) | tokens/s | tokens/s per rank | all-gathers per step | ms per "
         "all-gather |\n|---|---|---|---|---|---|---|\n");
-    // Stage 3 rows name their stage3_param_persistence_threshold (0 shards every unit parameter)
-    // and whether the next unit is prefetched. "ms per all-gather" of a prefetch runs from its
+    // Stage 3 rows name their stage3_param_persistence_threshold (0 shards every unit parameter),
+    // whether the next unit is prefetched, and stage3_max_reuse_distance (0: a unit is gathered
+    // again for its backward; all: DeepSpeed's default, it stays whole from forward to backward). "ms per all-gather" of a prefetch runs from its
     // launch to its wait, so it includes the computation it overlapped.
   }
   // A discarded run first: the first steps of a process are slower (caches, heap growth).
@@ -54,23 +55,20 @@ int main(int argc, char** argv) {
     bool overlap;
     int64_t persistence;  // stage 3: parameters up to this many elements stay whole
     int64_t prefetch;     // stage 3: stage3_prefetch_bucket_size (0: gather on demand only)
+    int64_t reuse = 0;    // stage 3: stage3_max_reuse_distance (0: only the last unit stays for backward)
   };
   const int64_t auto_persistence = 10 * o.shape.channels;  // DeepSpeed's "auto"
   const int64_t on = 50'000'000;
-  for (auto [stage, overlap, persistence, prefetch] : {Row{0, false, 0, on},
-                                                       {0, true, 0, on},
-                                                       {1, false, 0, on},
-                                                       {1, true, 0, on},
-                                                       {2, false, 0, on},
-                                                       {2, true, 0, on},
-                                                       {3, true, 0, 0},
-                                                       {3, true, 0, on},
-                                                       {3, true, auto_persistence, on}}) {
+  const int64_t keep = 1'000'000'000;  // DeepSpeed's default reuse distance: every unit kept for its backward
+  for (auto [stage, overlap, persistence, prefetch, reuse] :
+       {Row{0, false, 0, on}, Row{0, true, 0, on}, Row{1, false, 0, on}, Row{1, true, 0, on}, Row{2, false, 0, on},
+        Row{2, true, 0, on}, Row{3, true, 0, 0}, Row{3, true, 0, on}, Row{3, true, 0, on, keep},
+        Row{3, true, auto_persistence, on, keep}}) {
     o.config_text = fmt::format(R"({{"train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
         "zero_optimization": {{"stage": {}, "overlap_comm": {}, "stage3_param_persistence_threshold": {},
-                              "stage3_prefetch_bucket_size": {}}},
+                              "stage3_prefetch_bucket_size": {}, "stage3_max_reuse_distance": {}}},
         "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-3}}}}}})",
-                                micro, stage, overlap, persistence, prefetch);
+                                micro, stage, overlap, persistence, prefetch, reuse);
     const zero::gpt::TrainerResult r = zero::gpt::train_gpt(o, world, nullptr);
     std::vector<double> ms;
     for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i) ms.push_back(r.steps[i].milliseconds);
@@ -79,7 +77,8 @@ int main(int argc, char** argv) {
     const double tokens = static_cast<double>(micro * world.size() * o.shape.max_seq);
     if (world.rank() == 0)
       fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.0f} | {:.1f} | {:.3f} |\n",
-                 stage == 3 ? fmt::format("3 (persist ≤ {}, {})", persistence, prefetch > 0 ? "prefetch" : "on demand")
+                 stage == 3 ? fmt::format("3 (persist ≤ {}, {}, reuse {})", persistence,
+                                          prefetch > 0 ? "prefetch" : "on demand", reuse == keep ? "all" : "0")
                             : std::to_string(stage),
                  overlap, median, tokens / median * 1e3, tokens / median * 1e3 / world.size(),
                  static_cast<double>(r.all_gather_calls) / static_cast<double>(r.steps.size()),

@@ -143,10 +143,15 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   Data data = load_data(options, shape.vocab);
   const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
 
-  torch::manual_seed(static_cast<uint64_t>(options.seed));
-  Gpt model(shape);
-  if (checkpoint) load_llmc(model, *checkpoint, options.init);
   Config config = load_config(options, world, shape);
+  torch::manual_seed(static_cast<uint64_t>(options.seed));
+  // Stage 3 with random weights: built partitioned, never whole on a rank (zero::Init; a no-op
+  // at other stages). Weights from an llm.c file are read into a whole model first.
+  std::optional<Init> partitioned;
+  if (!checkpoint) partitioned.emplace(config, world);
+  Gpt model(shape);
+  partitioned.reset();
+  if (checkpoint) load_llmc(model, *checkpoint, options.init);
   Engine engine(model, config, world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
