@@ -6,17 +6,16 @@
 // layout (world size, stage, bucket size) can read any other: each rank reads the ranges of the
 // parameters it owns now, from whichever files hold them.
 #include <ATen/ATen.h>
-#include <fcntl.h>
-#include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
-#include <climits>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "checkpoint/files.h"
+#include "checkpoint/reader.h"
 #include "engine/agree.h"
 #include "engine/engine_state.h"
 #include "zero/error.h"
@@ -26,8 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-constexpr int kFormatVersion = 1;
-constexpr const char* kFormatName = "zerocpp-checkpoint";
+using checkpoint::kFormatName;
+using checkpoint::kFormatVersion;
 
 void check_tag(const std::string& tag) {
   if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos || tag.front() == '.' ||
@@ -38,9 +37,14 @@ void check_tag(const std::string& tag) {
 
 std::string file_name(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
 
-std::string trim(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  return s;
+// Test hook for the crash-safety test (tests/e2e/checkpoint_e2e.sh): ZERO_TEST_KILL_IN_SAVE=R:N
+// makes rank R kill itself with SIGKILL in the middle of writing its file in its N-th save.
+bool crash_requested(int rank) {
+  static int saves = 0;
+  ++saves;
+  const char* spec = std::getenv("ZERO_TEST_KILL_IN_SAVE");
+  int r = -1, n = -1;
+  return spec != nullptr && std::sscanf(spec, "%d:%d", &r, &n) == 2 && r == rank && n == saves;
 }
 
 }  // namespace
@@ -76,7 +80,11 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
   if (partitions > 1 || rank == 0) {
     try {
       checkpoint::HashingWriter writer((partial / file_name(rank)).string());
-      for (const auto& [name, tensor] : kinds) writer.write(tensor.data_ptr(), tensor.nbytes());
+      const bool crash = crash_requested(rank);
+      for (const auto& [name, tensor] : kinds) {
+        writer.write(tensor.data_ptr(), tensor.nbytes());
+        if (crash) std::raise(SIGKILL);  // half-way through this rank's file
+      }
       digest = writer.finish();
     } catch (const std::exception& e) {
       error = e.what();
@@ -146,132 +154,63 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
   State& s = *state_;
   const int rank = s.world.rank();
-  const fs::path root(dir);
-  const std::string tag =
-      options.tag.empty() ? trim(checkpoint::read_text_file((root / "latest").string())) : options.tag;
-  check_tag(tag);
-  const std::string manifest_path = (root / tag / "manifest.json").string();
-  const json m = json::parse(checkpoint::read_text_file(manifest_path), nullptr, false);
-  if (m.is_discarded() || !m.is_object() || m.value("format", "") != kFormatName)
-    throw Error(manifest_path + ": not a zerocpp checkpoint manifest", manifest_path, rank);
-  if (m.value("version", 0) != kFormatVersion)
-    throw Error(manifest_path + ": format version " + m["version"].dump() + ", this build reads " +
-                    std::to_string(kFormatVersion),
-                manifest_path, rank);
-
+  if (!options.tag.empty()) check_tag(options.tag);
+  std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::string error;
   try {
+    reader = std::make_unique<checkpoint::CheckpointReader>(dir, options.tag);
+    checkpoint::CheckpointReader& r = *reader;
+    const std::string& manifest_path = r.manifest_path();
     // Parameters by name, both ways.
-    std::map<std::string, int> saved_index;
-    const json& saved_params = m.at("params");
-    for (size_t j = 0; j < saved_params.size(); ++j) saved_index[saved_params[j].at("name")] = static_cast<int>(j);
     std::vector<int> source_of(s.param_names.size(), -1);
     std::vector<std::string> missing, unexpected;
     std::set<std::string> ours(s.param_names.begin(), s.param_names.end());
     for (size_t i = 0; i < s.param_names.size(); ++i) {
-      auto found = saved_index.find(s.param_names[i]);
-      if (found == saved_index.end()) {
+      const int j = r.find(s.param_names[i]);
+      if (j < 0) {
         missing.push_back(s.param_names[i]);
         continue;
       }
-      const auto shape = saved_params[static_cast<size_t>(found->second)].at("shape").get<std::vector<int64_t>>();
-      if (shape != s.flat->params()[i].sizes().vec())
-        throw Error(manifest_path + ": parameter " + s.param_names[i] + " has shape " +
-                        saved_params[static_cast<size_t>(found->second)].at("shape").dump() + " in the checkpoint, " +
-                        c10::str(s.flat->params()[i].sizes()) + " in the model",
-                    manifest_path, rank);
-      source_of[i] = found->second;
+      if (r.shape(j) != s.flat->params()[i].sizes().vec())
+        throw Error(manifest_path + ": parameter " + s.param_names[i] + " has shape " + c10::str(r.shape(j)) +
+                        " in the checkpoint, " + c10::str(s.flat->params()[i].sizes()) + " in the model",
+                    manifest_path);
+      source_of[i] = j;
     }
-    for (const auto& [name, j] : saved_index) {
-      if (!ours.count(name)) unexpected.push_back(name);
+    for (int j = 0; j < r.num_params(); ++j) {
+      if (!ours.count(r.name(j))) unexpected.push_back(r.name(j));
     }
     if (options.strict && (!missing.empty() || !unexpected.empty())) {
       std::string list;
       for (const auto& n : missing) list += "\n  missing from the checkpoint: " + n;
       for (const auto& n : unexpected) list += "\n  not in the model: " + n;
-      throw Error(manifest_path + ": parameter names differ (strict load)" + list, manifest_path, rank);
+      throw Error(manifest_path + ": parameter names differ (strict load)" + list, manifest_path);
     }
-
     // What to fill: the master weights, and the optimizer state when asked.
-    std::vector<std::string> saved_kinds = m.at("kinds").get<std::vector<std::string>>();
-    std::vector<std::pair<size_t, at::Tensor>> targets;  // (kind index in the files, our tensor)
+    std::vector<std::pair<int, at::Tensor>> targets;  // (kind index in the files, our tensor)
     auto kind_index = [&](const std::string& name) {
-      auto it = std::find(saved_kinds.begin(), saved_kinds.end(), name);
-      if (it == saved_kinds.end())
+      const int k = r.kind(name);
+      if (k < 0)
         throw Error(manifest_path + ": the checkpoint has no optimizer state \"" + name +
                         "\" (it was saved with another optimizer); load with load_optimizer_states = false",
-                    manifest_path, rank);
-      return static_cast<size_t>(it - saved_kinds.begin());
+                    manifest_path);
+      return k;
     };
     targets.emplace_back(kind_index("master"), s.master);
     if (!options.load_module_only && options.load_optimizer_states) {
       for (const auto& [name, tensor] : s.optimizer->state()) targets.emplace_back(kind_index(name), tensor);
     }
-
-    // Where each saved parameter's ranges sit: (file, begin, end, owned offset).
-    struct Source {
-      size_t file;
-      int64_t begin, end, offset;
-    };
-    const json& files = m.at("files");
-    std::vector<std::vector<Source>> sources(saved_params.size());
-    for (size_t f = 0; f < files.size(); ++f) {
-      for (const auto& fr : files[f].at("fragments"))
-        sources.at(fr.at(0).get<size_t>()).push_back({f, fr.at(1), fr.at(2), fr.at(3)});
-    }
-    struct OpenFiles {  // closed however the load ends
-      std::vector<int> fds;
-      ~OpenFiles() {
-        for (int fd : fds) {
-          if (fd >= 0) ::close(fd);
-        }
-      }
-    } open{std::vector<int>(files.size(), -1)};
-    std::vector<int>& fds = open.fds;
-    auto open_verified = [&](size_t f) {
-      if (fds[f] >= 0) return fds[f];
-      const std::string path = (root / tag / files[f].at("file").get<std::string>()).string();
-      const checkpoint::FileDigest digest = checkpoint::digest_file(path);
-      if (digest.bytes != files[f].at("bytes").get<uint64_t>())
-        throw Error(path + ": " + std::to_string(digest.bytes) + " bytes, the manifest says " +
-                        files[f].at("bytes").dump() + " (truncated or replaced)",
-                    path, rank);
-      if (checkpoint::hex(digest.xxh3) != files[f].at("xxh3").get<std::string>())
-        throw Error(path + ": checksum mismatch (xxh3 " + checkpoint::hex(digest.xxh3) + ", the manifest says " +
-                        files[f].at("xxh3").get<std::string>() + "): the file is corrupt",
-                    path, rank);
-      fds[f] = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fds[f] < 0) throw Error(path + ": cannot open the file", path, rank);
-      return fds[f];
-    };
     for (size_t i = 0; i < s.param_names.size(); ++i) {
       auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
       if (!mine || source_of[i] < 0) continue;
-      int64_t covered = 0;
-      for (const Source& src : sources[static_cast<size_t>(source_of[i])]) {
-        const int64_t lo = std::max(mine->param_begin, src.begin), hi = std::min(mine->param_end, src.end);
-        if (lo >= hi) continue;
-        const int fd = open_verified(src.file);
-        const std::string path = (root / tag / files[src.file].at("file").get<std::string>()).string();
-        const auto owned = files[src.file].at("owned_numel").get<uint64_t>();
-        for (const auto& [kind, tensor] : targets) {
-          const uint64_t element = kind * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
-          checkpoint::read_at(fd, path, element * sizeof(float),
-                              tensor.data_ptr<float>() + mine->owned_offset + (lo - mine->param_begin),
-                              static_cast<uint64_t>(hi - lo) * sizeof(float));
-        }
-        covered += hi - lo;
-      }
-      if (covered != mine->param_end - mine->param_begin)
-        throw Error(manifest_path + ": parameter " + s.param_names[i] + ": the checkpoint holds " +
-                        std::to_string(covered) + " of the " + std::to_string(mine->param_end - mine->param_begin) +
-                        " elements this rank needs",
-                    manifest_path, rank);
+      for (const auto& [kind, tensor] : targets)
+        r.read(source_of[i], kind, mine->param_begin, mine->param_end, tensor.data_ptr<float>() + mine->owned_offset);
     }
   } catch (const std::exception& e) {
     error = e.what();
   }
   engine::agree(s.comm, error, rank, "load_checkpoint");
+  const json& m = reader->manifest();
   publish_master();
   s.reducer->zero();
   if (!options.load_module_only) {

@@ -1,0 +1,129 @@
+#include "checkpoint/reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "checkpoint/files.h"
+#include "zero/error.h"
+
+namespace zero::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& dir, const std::string& tag) : dir_(dir) {
+  tag_ = tag.empty() ? trim(read_text_file((fs::path(dir) / "latest").string())) : tag;
+  if (tag_.empty() || tag_.find('/') != std::string::npos || tag_.front() == '.')
+    throw Error("checkpoint tag \"" + tag_ + "\" is not usable as a directory name", "tag");
+  manifest_path_ = (fs::path(dir) / tag_ / "manifest.json").string();
+  manifest_ = nlohmann::json::parse(read_text_file(manifest_path_), nullptr, false);
+  if (manifest_.is_discarded() || !manifest_.is_object() || manifest_.value("format", "") != kFormatName)
+    throw Error(manifest_path_ + ": not a zerocpp checkpoint manifest", manifest_path_);
+  if (manifest_.value("version", 0) != kFormatVersion)
+    throw Error(manifest_path_ + ": format version " + manifest_["version"].dump() + ", this build reads " +
+                    std::to_string(kFormatVersion),
+                manifest_path_);
+  try {
+    for (const auto& p : manifest_.at("params")) {
+      index_[p.at("name").get<std::string>()] = static_cast<int>(names_.size());
+      names_.push_back(p.at("name").get<std::string>());
+    }
+    kinds_ = manifest_.at("kinds").get<std::vector<std::string>>();
+    sources_.resize(names_.size());
+    const auto& files = manifest_.at("files");
+    for (size_t f = 0; f < files.size(); ++f) {
+      for (const auto& fr : files[f].at("fragments")) sources_.at(fr.at(0).get<size_t>()).push_back({f, fr.at(1), fr.at(2), fr.at(3)});
+    }
+    fds_.assign(files.size(), -1);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(manifest_path_ + ": malformed manifest: " + e.what(), manifest_path_);
+  }
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+std::vector<int64_t> CheckpointReader::shape(int param) const {
+  return manifest_["params"][static_cast<size_t>(param)]["shape"].get<std::vector<int64_t>>();
+}
+
+int64_t CheckpointReader::numel(int param) const {
+  int64_t n = 1;
+  for (int64_t d : shape(param)) n *= d;
+  return n;
+}
+
+int CheckpointReader::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+int CheckpointReader::kind(const std::string& name) const {
+  auto it = std::find(kinds_.begin(), kinds_.end(), name);
+  return it == kinds_.end() ? -1 : static_cast<int>(it - kinds_.begin());
+}
+
+std::string CheckpointReader::path_of(size_t file) const {
+  return (fs::path(dir_) / tag_ / manifest_["files"][file]["file"].get<std::string>()).string();
+}
+
+std::vector<CheckpointReader::FileInfo> CheckpointReader::files() const {
+  std::vector<FileInfo> out;
+  for (const auto& f : manifest_["files"]) out.push_back({f["file"], f["bytes"], f["xxh3"]});
+  return out;
+}
+
+int CheckpointReader::open_verified(size_t file) {
+  if (fds_[file] >= 0) return fds_[file];
+  const std::string path = path_of(file);
+  const nlohmann::json& expected = manifest_["files"][file];
+  const FileDigest digest = digest_file(path);
+  if (digest.bytes != expected.at("bytes").get<uint64_t>())
+    throw Error(path + ": " + std::to_string(digest.bytes) + " bytes, the manifest says " + expected.at("bytes").dump() +
+                    " (truncated or replaced)",
+                path);
+  if (hex(digest.xxh3) != expected.at("xxh3").get<std::string>())
+    throw Error(path + ": checksum mismatch (xxh3 " + hex(digest.xxh3) + ", the manifest says " +
+                    expected.at("xxh3").get<std::string>() + "): the file is corrupt",
+                path);
+  fds_[file] = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fds_[file] < 0) throw Error(path + ": cannot open the file", path);
+  return fds_[file];
+}
+
+void CheckpointReader::verify_all() {
+  for (size_t f = 0; f < fds_.size(); ++f) open_verified(f);
+}
+
+void CheckpointReader::read(int param, int kind, int64_t begin, int64_t end, float* out) {
+  int64_t covered = 0;
+  for (const Source& src : sources_.at(static_cast<size_t>(param))) {
+    const int64_t lo = std::max(begin, src.begin), hi = std::min(end, src.end);
+    if (lo >= hi) continue;
+    const int fd = open_verified(src.file);
+    const auto owned = manifest_["files"][src.file].at("owned_numel").get<uint64_t>();
+    const uint64_t element = static_cast<uint64_t>(kind) * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
+    read_at(fd, path_of(src.file), element * sizeof(float), out + (lo - begin), static_cast<uint64_t>(hi - lo) * sizeof(float));
+    covered += hi - lo;
+  }
+  if (covered != end - begin)
+    throw Error(manifest_path_ + ": parameter " + name(param) + ": the checkpoint holds " + std::to_string(covered) +
+                    " of the elements " + std::to_string(begin) + ".." + std::to_string(end) + " asked for",
+                manifest_path_);
+}
+
+}  // namespace zero::checkpoint

@@ -1,0 +1,68 @@
+// CheckpointReader — reads a zerocpp checkpoint (docs/checkpoints.md) without LibTorch: the
+// manifest, and any element range of any saved parameter's fp32 state, assembled from whichever
+// rank files hold its fragments. The engine's load_checkpoint and zero-ckpt both read through it.
+// Every problem is a zero::Error naming the file, and the parameter where there is one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace zero::checkpoint {
+
+inline constexpr const char* kFormatName = "zerocpp-checkpoint";
+inline constexpr int kFormatVersion = 1;
+
+class CheckpointReader {
+ public:
+  // DIR/TAG; an empty tag reads DIR/latest. Parses and checks the manifest (format, version).
+  CheckpointReader(const std::string& dir, const std::string& tag = "");
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& tag() const { return tag_; }
+  const std::string& manifest_path() const { return manifest_path_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+
+  int num_params() const { return static_cast<int>(names_.size()); }
+  const std::string& name(int param) const { return names_[static_cast<size_t>(param)]; }
+  std::vector<int64_t> shape(int param) const;
+  int64_t numel(int param) const;
+  int find(const std::string& name) const;  // -1 when the checkpoint has no such parameter
+  // The index of a state kind ("master", "exp_avg", ...), or -1.
+  int kind(const std::string& name) const;
+
+  // Elements [begin, end) of saved parameter `param`'s state `kind`, as fp32, into `out`. A file
+  // is verified (size and XXH3 checksum) the first time it is read.
+  void read(int param, int kind, int64_t begin, int64_t end, float* out);
+  // Verifies every file of the checkpoint (size and checksum).
+  void verify_all();
+  // Per file: name, bytes, checksum as in the manifest.
+  struct FileInfo {
+    std::string name;
+    uint64_t bytes = 0;
+    std::string xxh3;
+  };
+  std::vector<FileInfo> files() const;
+
+ private:
+  struct Source {
+    size_t file;
+    int64_t begin, end, offset;
+  };
+  int open_verified(size_t file);
+  std::string path_of(size_t file) const;
+
+  std::string dir_, tag_, manifest_path_;
+  nlohmann::json manifest_;
+  std::vector<std::string> names_;
+  std::map<std::string, int> index_;
+  std::vector<std::string> kinds_;
+  std::vector<std::vector<Source>> sources_;  // per saved parameter
+  std::vector<int> fds_;                      // per file, -1 until opened
+};
+
+}  // namespace zero::checkpoint
