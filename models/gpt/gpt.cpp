@@ -32,10 +32,6 @@ at::Tensor& root_tensor(Gpt& g, const std::string& name) {
   return g.lnfb;
 }
 
-bool per_layer(const TensorSpec& spec) {
-  return spec.name != "wte" && spec.name != "wpe" && spec.name != "lnfw" && spec.name != "lnfb";
-}
-
 }  // namespace
 
 GptBlock::GptBlock(const GptShape& s) : heads(s.heads) {

@@ -122,11 +122,24 @@ LlmcCheckpoint read_llmc_checkpoint(const std::string& path) {
   return c;
 }
 
+bool per_layer(const TensorSpec& spec) {
+  return spec.name != "wte" && spec.name != "wpe" && spec.name != "lnfw" && spec.name != "lnfb";
+}
+
 void write_llmc_checkpoint(const std::string& path, const GptShape& s, const std::vector<float>& params) {
   if (static_cast<int64_t>(params.size()) != checkpoint_numel(s)) {
     fail(path, "writing " + std::to_string(params.size()) + " parameters, the shape needs " +
                    std::to_string(checkpoint_numel(s)));
   }
+  LlmcCheckpointWriter writer(path, s);
+  writer.append(params.data(), static_cast<int64_t>(params.size()));
+  writer.finish();
+}
+
+// Written to a temporary name and renamed, so a crash never leaves a half-written file in place.
+LlmcCheckpointWriter::LlmcCheckpointWriter(std::string path, const GptShape& s)
+    : path_(std::move(path)), expected_(checkpoint_numel(s)), out_(path_ + ".tmp", std::ios::binary | std::ios::trunc) {
+  if (!out_) fail(path_, "cannot create " + path_ + ".tmp");
   Header h{};
   h[0] = kCheckpointMagic;
   h[1] = kCheckpointVersionFp32;
@@ -136,7 +149,30 @@ void write_llmc_checkpoint(const std::string& path, const GptShape& s, const std
   h[5] = s.heads;
   h[6] = s.channels;
   h[7] = s.padded_vocab;
-  write_all(path, h, reinterpret_cast<const char*>(params.data()), 4 * params.size());
+  out_.write(reinterpret_cast<const char*>(h.data()), sizeof h);
+}
+
+LlmcCheckpointWriter::~LlmcCheckpointWriter() {
+  if (out_.is_open()) {  // not finished: leave nothing behind
+    out_.close();
+    std::error_code ignored;
+    std::filesystem::remove(path_ + ".tmp", ignored);
+  }
+}
+
+void LlmcCheckpointWriter::append(const float* values, int64_t count) {
+  if (written_ + count > expected_)
+    fail(path_, "more than the " + std::to_string(expected_) + " parameters the shape holds");
+  out_.write(reinterpret_cast<const char*>(values), static_cast<std::streamsize>(4 * count));
+  written_ += count;
+}
+
+void LlmcCheckpointWriter::finish() {
+  if (written_ != expected_)
+    fail(path_, "wrote " + std::to_string(written_) + " parameters, the shape needs " + std::to_string(expected_));
+  if (!out_.flush()) fail(path_, "write failed (disk full?)");
+  out_.close();
+  std::filesystem::rename(path_ + ".tmp", path_);
 }
 
 std::vector<uint16_t> read_token_shard(const std::string& path, int vocab) {

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct TensorSpec {
 // The 16 tensors of a checkpoint, in file order, with their offsets.
 std::vector<TensorSpec> checkpoint_tensors(const GptShape& shape);
 int64_t checkpoint_numel(const GptShape& shape);
+// Whether a tensor holds one slice per layer (all but wte, wpe, lnfw, lnfb).
+bool per_layer(const TensorSpec& spec);
 
 struct LlmcCheckpoint {
   GptShape shape;
@@ -48,6 +51,21 @@ struct LlmcCheckpoint {
 
 LlmcCheckpoint read_llmc_checkpoint(const std::string& path);
 void write_llmc_checkpoint(const std::string& path, const GptShape& shape, const std::vector<float>& params);
+
+// Streams a checkpoint out: the header, then the parameters in file order in pieces of any size;
+// finish() checks the count and renames the file into place (written as PATH.tmp until then).
+class LlmcCheckpointWriter {
+ public:
+  LlmcCheckpointWriter(std::string path, const GptShape& shape);
+  ~LlmcCheckpointWriter();
+  void append(const float* values, int64_t count);
+  void finish();
+
+ private:
+  std::string path_;
+  int64_t expected_ = 0, written_ = 0;
+  std::ofstream out_;
+};
 
 std::vector<uint16_t> read_token_shard(const std::string& path, int vocab);
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);

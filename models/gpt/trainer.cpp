@@ -179,7 +179,18 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     }
   }
   auto save = [&](int64_t steps_done) {
-    const nlohmann::json client = {{"step", steps_done}, {"shuffle", options.shuffle}, {"seq", seq}};
+    // The model's shape goes along so that `zero-ckpt consolidate --format llmc` can write llm.c's header.
+    const GptShape& g = model.shape;
+    const nlohmann::json client = {{"step", steps_done},
+                                   {"shuffle", options.shuffle},
+                                   {"seq", seq},
+                                   {"gpt",
+                                    {{"max_seq", g.max_seq},
+                                     {"vocab", g.vocab},
+                                     {"layers", g.layers},
+                                     {"heads", g.heads},
+                                     {"channels", g.channels},
+                                     {"padded_vocab", g.padded_vocab}}}};
     result.saved.push_back(engine.save_checkpoint(options.save_dir, "", client.dump()));
     report.line(fmt::format("zero-train: saved {}/{}", options.save_dir, result.saved.back()));
   };

@@ -11,6 +11,8 @@
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/engine_test_util.h"
 #include "zero/engine.h"
+#include "checkpoint/consolidate.h"
+#include "tests/safetensors_read.h"
 #include "zero/error.h"
 #include "zero/init.h"
 #include "models/tiny/tiny_transformer.h"
@@ -283,4 +285,38 @@ TEST(EngineCheckpoint, Stage3ResumesBitwiseAndLoadsAtAnyStage) {
   many.engine->load_checkpoint((dir.path / "from_one").string());
   const std::vector<double> got = many.run(5, 10);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << "into stage 3";
+}
+
+TEST(EngineCheckpoint, ConsolidateWritesSafetensorsByTheSpec) {
+  JobDir dir("consolidate");
+  UnitSession session(3, test_world(), 42);
+  session.run(0, 3);
+  session.engine->save_checkpoint(dir.path.string(), "", R"({"note": "kept"})");
+  session.engine->gather_parameters();
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() != 0) return;
+  for (auto [dtype, name, scalar] : {std::tuple{zero::checkpoint::OutputDtype::kFp32, "F32", torch::kFloat},
+                                     std::tuple{zero::checkpoint::OutputDtype::kBf16, "BF16", torch::kBFloat16},
+                                     std::tuple{zero::checkpoint::OutputDtype::kFp16, "F16", torch::kHalf}}) {
+    const std::string out = (dir.path / (std::string(name) + ".safetensors")).string();
+    const auto result =
+        zero::checkpoint::consolidate({.dir = dir.path.string(), .tag = "", .out = out, .dtype = dtype});
+    const SafetensorsFile file = read_safetensors(out);
+    EXPECT_EQ(file.metadata.at("format"), "pt");
+    EXPECT_EQ(file.metadata.at("global_steps"), "3");
+    EXPECT_EQ(file.header.size(), session.model->named_parameters().size());
+    EXPECT_EQ(result.tensors, static_cast<int64_t>(file.header.size()));
+    for (const auto& item : session.model->named_parameters()) {
+      const at::Tensor expected = item.value().detach().to(scalar);
+      const auto& entry = file.header.at(item.key());
+      EXPECT_EQ(entry.at("dtype"), name) << item.key();
+      EXPECT_EQ(entry.at("shape").get<std::vector<int64_t>>(), expected.sizes().vec()) << item.key();
+      const auto begin = entry.at("data_offsets").at(0).get<uint64_t>(),
+                 end = entry.at("data_offsets").at(1).get<uint64_t>();
+      ASSERT_EQ(end - begin, static_cast<uint64_t>(expected.nbytes())) << item.key();
+      const at::Tensor saved =
+          torch::from_blob(const_cast<char*>(file.data.data() + begin), expected.sizes(), scalar);
+      EXPECT_TRUE(saved.equal(expected)) << name << " " << item.key() << ": not the trained weights, rounded";
+    }
+  }
 }
