@@ -6,11 +6,14 @@
 // layout (world size, stage, bucket size) can read any other: each rank reads the ranges of the
 // parameters it owns now, from whichever files hold them.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <csignal>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -36,6 +39,31 @@ void check_tag(const std::string& tag) {
 }
 
 std::string file_name(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
+std::string rng_file_name(int rank) { return "rank" + std::to_string(rank) + ".rng"; }
+
+at::Tensor cpu_rng_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+// This rank's random state from the checkpoint, when it was saved at this world size (a state per
+// rank has no meaning across another number of ranks: then the current state is kept).
+void restore_cpu_rng_state(const checkpoint::CheckpointReader& reader, int rank, int world_size) {
+  const json& m = reader.manifest();
+  if (!m.contains("rng_states") || m.value("world_size", 0) != world_size) return;
+  const json& entry = m["rng_states"].at(static_cast<size_t>(rank));
+  const std::string path = (fs::path(reader.manifest_path()).parent_path() / entry.at("file").get<std::string>()).string();
+  const checkpoint::FileDigest digest = checkpoint::digest_file(path);
+  if (digest.bytes != entry.at("bytes").get<uint64_t>() || checkpoint::hex(digest.xxh3) != entry.at("xxh3").get<std::string>())
+    throw Error(path + ": size or checksum differs from the manifest: the file is corrupt", path);
+  const std::string bytes = checkpoint::read_text_file(path);
+  at::Tensor state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
 
 // Test hook for the crash-safety test (tests/e2e/checkpoint_e2e.sh): ZERO_TEST_KILL_IN_SAVE=R:N
 // makes rank R kill itself with SIGKILL in the middle of writing its file in its N-th save.
@@ -76,9 +104,9 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
   const int partitions = s.flat->layout().world_size();
   std::vector<std::pair<std::string, at::Tensor>> kinds = {{"master", s.master}};
   for (auto& entry : s.optimizer->state()) kinds.push_back(entry);
-  checkpoint::FileDigest digest;
-  if (partitions > 1 || rank == 0) {
-    try {
+  checkpoint::FileDigest digest, rng_digest;
+  try {
+    if (partitions > 1 || rank == 0) {
       checkpoint::HashingWriter writer((partial / file_name(rank)).string());
       const bool crash = crash_requested(rank);
       for (const auto& [name, tensor] : kinds) {
@@ -86,14 +114,22 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
         if (crash) std::raise(SIGKILL);  // half-way through this rank's file
       }
       digest = writer.finish();
-    } catch (const std::exception& e) {
-      error = e.what();
     }
+    // Every rank's CPU random state (dropout and the like differ per rank), in a small file.
+    const at::Tensor rng = cpu_rng_state();
+    checkpoint::HashingWriter writer((partial / rng_file_name(rank)).string());
+    writer.write(rng.data_ptr(), rng.nbytes());
+    rng_digest = writer.finish();
+  } catch (const std::exception& e) {
+    error = e.what();
   }
   engine::agree(s.comm, error, rank, "save_checkpoint");
 
-  at::Tensor mine = at::tensor({static_cast<int64_t>(digest.bytes), static_cast<int64_t>(digest.xxh3)}, at::kLong);
-  at::Tensor all = at::zeros({2 * s.world.size()}, at::kLong);
+  // Per rank: shard file bytes and checksum, random-state file bytes and checksum.
+  at::Tensor mine = at::tensor({static_cast<int64_t>(digest.bytes), static_cast<int64_t>(digest.xxh3),
+                                static_cast<int64_t>(rng_digest.bytes), static_cast<int64_t>(rng_digest.xxh3)},
+                               at::kLong);
+  at::Tensor all = at::zeros({4 * s.world.size()}, at::kLong);
   s.comm.all_gather(mine, all, {.async = false});
 
   if (rank == 0) {
@@ -113,8 +149,8 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       for (int r = 0; r < (partitions > 1 ? partitions : 1); ++r) {
         json f = {{"file", file_name(r)},
                   {"rank", r},
-                  {"bytes", static_cast<uint64_t>(all[2 * r].item<int64_t>())},
-                  {"xxh3", checkpoint::hex(static_cast<uint64_t>(all[2 * r + 1].item<int64_t>()))},
+                  {"bytes", static_cast<uint64_t>(all[4 * r].item<int64_t>())},
+                  {"xxh3", checkpoint::hex(static_cast<uint64_t>(all[4 * r + 1].item<int64_t>()))},
                   {"owned_numel", s.flat->layout().owned_numel()},
                   {"fragments", json::array()}};
         for (int i = 0; i < static_cast<int>(s.flat->params().size()); ++i) {
@@ -122,6 +158,12 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
             f["fragments"].push_back({i, fr->param_begin, fr->param_end, fr->owned_offset});
         }
         m["files"].push_back(f);
+      }
+      for (int r = 0; r < s.world.size(); ++r) {
+        m["rng_states"].push_back({{"file", rng_file_name(r)},
+                                   {"rank", r},
+                                   {"bytes", static_cast<uint64_t>(all[4 * r + 2].item<int64_t>())},
+                                   {"xxh3", checkpoint::hex(static_cast<uint64_t>(all[4 * r + 3].item<int64_t>()))}});
       }
       m["counters"] = {{"global_steps", s.global_steps},
                        {"micro_steps", s.micro_steps},
@@ -206,6 +248,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       for (const auto& [kind, tensor] : targets)
         r.read(source_of[i], kind, mine->param_begin, mine->param_end, tensor.data_ptr<float>() + mine->owned_offset);
     }
+    if (!options.load_module_only) restore_cpu_rng_state(r, rank, s.world.size());
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -320,3 +320,39 @@ TEST(EngineCheckpoint, ConsolidateWritesSafetensorsByTheSpec) {
     }
   }
 }
+
+TEST(EngineCheckpoint, EachRanksRandomStateComesBackAtTheSameWorldSize) {
+  JobDir dir("rng");
+  Session saved(config(2), test_world());
+  saved.run(0, 2);
+  torch::manual_seed(500 + static_cast<uint64_t>(test_world().rank()));  // a different stream per rank
+  torch::rand({7});
+  saved.engine->save_checkpoint(dir.path.string());
+  const at::Tensor expected = torch::rand({3});
+
+  Session resumed(config(2), test_world(), 7);
+  torch::manual_seed(9);
+  resumed.engine->load_checkpoint(dir.path.string());
+  EXPECT_TRUE(torch::rand({3}).equal(expected)) << "rank " << test_world().rank() << ": not its saved random state";
+
+  // Another world size: states per rank mean nothing there; the current one is kept.
+  zero::World single = zero::World::single_process();
+  Session other(config(1), single, 7);
+  torch::manual_seed(9);
+  const at::Tensor untouched = torch::rand({3});
+  torch::manual_seed(9);
+  other.engine->load_checkpoint(dir.path.string());
+  if (test_world().size() > 1) EXPECT_TRUE(torch::rand({3}).equal(untouched));
+  // A damaged random-state file is an error naming it.
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() == 0) {
+    std::fstream f(dir.path / "global_step2" / "rank0.rng", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(10);
+    f.put('\x55');
+  }
+  test_world().communicator().barrier({.async = false});
+  const std::string error = error_of([&] { resumed.engine->load_checkpoint(dir.path.string()); });
+  EXPECT_NE(error.find(test_world().rank() == 0 ? "rank0.rng: size or checksum differs" : "failed on rank 0"),
+            std::string::npos)
+      << error;
+}
