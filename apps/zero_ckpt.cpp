@@ -37,7 +37,8 @@ void inspect(const std::string& dir, const std::string& tag, bool verify) {
   fmt::print("saved by {} rank(s) at ZeRO stage {}, model dtype {}, train_batch_size {}\n", m.value("world_size", 0),
              m.value("stage", -1), m.value("model_dtype", "?"), m.value("train_batch_size", 0));
   fmt::print("counters: {}\n", m.value("counters", nlohmann::json::object()).dump());
-  fmt::print("state kinds (fp32 each): {}\n", m.value("kinds", nlohmann::json::array()).dump());
+  fmt::print("state kinds (fp32 each): {}{}\n", m.value("kinds", nlohmann::json::array()).dump(),
+             reader.params16_dtype().empty() ? "" : ", then the model's " + reader.params16_dtype() + " weights");
   int64_t elements = 0, largest = 0;
   for (int p = 0; p < reader.num_params(); ++p) {
     elements += reader.numel(p);

@@ -110,14 +110,27 @@ void CheckpointReader::verify_all() {
 }
 
 void CheckpointReader::read(int param, int kind, int64_t begin, int64_t end, float* out) {
+  read_section(param, static_cast<uint64_t>(kind), sizeof(float), begin, end, reinterpret_cast<char*>(out));
+}
+
+void CheckpointReader::read16(int param, int64_t begin, int64_t end, uint16_t* out) {
+  if (params16_dtype().empty())
+    throw Error(manifest_path_ + ": the checkpoint holds no 16-bit weights (an fp32 model)", manifest_path_);
+  // After the fp32 kinds: kinds × owned fp32 elements = 2 × kinds × owned 16-bit ones.
+  read_section(param, 2 * kinds_.size(), sizeof(uint16_t), begin, end, reinterpret_cast<char*>(out));
+}
+
+void CheckpointReader::read_section(int param, uint64_t section, uint64_t element_bytes, int64_t begin, int64_t end,
+                                    char* out) {
   int64_t covered = 0;
   for (const Source& src : sources_.at(static_cast<size_t>(param))) {
     const int64_t lo = std::max(begin, src.begin), hi = std::min(end, src.end);
     if (lo >= hi) continue;
     const int fd = open_verified(src.file);
     const auto owned = manifest_["files"][src.file].at("owned_numel").get<uint64_t>();
-    const uint64_t element = static_cast<uint64_t>(kind) * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
-    read_at(fd, path_of(src.file), element * sizeof(float), out + (lo - begin), static_cast<uint64_t>(hi - lo) * sizeof(float));
+    const uint64_t element = section * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
+    read_at(fd, path_of(src.file), element * element_bytes, out + (lo - begin) * static_cast<int64_t>(element_bytes),
+            static_cast<uint64_t>(hi - lo) * element_bytes);
     covered += hi - lo;
   }
   if (covered != end - begin)

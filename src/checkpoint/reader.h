@@ -38,6 +38,10 @@ class CheckpointReader {
   // Elements [begin, end) of saved parameter `param`'s state `kind`, as fp32, into `out`. A file
   // is verified (size and XXH3 checksum) the first time it is read.
   void read(int param, int kind, int64_t begin, int64_t end, float* out);
+  // A 16-bit model's weights as it held them ("BFloat16" or "Half"; empty for an fp32 model),
+  // and elements [begin, end) of a parameter's, as raw 16-bit values.
+  std::string params16_dtype() const { return manifest_.value("params16", ""); }
+  void read16(int param, int64_t begin, int64_t end, uint16_t* out);
   // Verifies every file of the checkpoint (size and checksum).
   void verify_all();
   // Per file: name, bytes, checksum as in the manifest.
@@ -54,6 +58,9 @@ class CheckpointReader {
     int64_t begin, end, offset;
   };
   int open_verified(size_t file);
+  // Elements [begin, end) of a parameter from the section of every file that starts at
+  // `section` elements of `element_bytes` each, times the file's owned_numel.
+  void read_section(int param, uint64_t section, uint64_t element_bytes, int64_t begin, int64_t end, char* out);
   std::string path_of(size_t file) const;
 
   std::string dir_, tag_, manifest_path_;

@@ -113,6 +113,12 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
         writer.write(tensor.data_ptr(), tensor.nbytes());
         if (crash) std::raise(SIGKILL);  // half-way through this rank's file
       }
+      // A 16-bit model's own weights, after the fp32 buffers: what it computes with, readable
+      // without rounding the masters again (they are exactly these, rounded).
+      if (s.flat->dtype() != at::kFloat) {
+        const at::Tensor sixteen = s.master.to(s.flat->dtype());
+        writer.write(sixteen.data_ptr(), sixteen.nbytes());
+      }
       digest = writer.finish();
     }
     // Every rank's CPU random state (dropout and the like differ per rank), in a small file.
@@ -143,6 +149,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       m["model_dtype"] = std::string(c10::toString(s.flat->dtype()));
       m["train_batch_size"] = s.config.train_batch_size;
       for (const auto& [name, tensor] : kinds) m["kinds"].push_back(name);
+      if (s.flat->dtype() != at::kFloat) m["params16"] = std::string(c10::toString(s.flat->dtype()));
       for (size_t i = 0; i < s.flat->params().size(); ++i) {
         m["params"].push_back({{"name", s.param_names[i]}, {"shape", s.flat->params()[i].sizes().vec()}});
       }

@@ -12,6 +12,7 @@
 #include "tests/dist/engine_test_util.h"
 #include "zero/engine.h"
 #include "checkpoint/consolidate.h"
+#include "checkpoint/reader.h"
 #include "tests/safetensors_read.h"
 #include "zero/error.h"
 #include "zero/init.h"
@@ -355,4 +356,22 @@ TEST(EngineCheckpoint, EachRanksRandomStateComesBackAtTheSameWorldSize) {
   EXPECT_NE(error.find(test_world().rank() == 0 ? "rank0.rng: size or checksum differs" : "failed on rank 0"),
             std::string::npos)
       << error;
+}
+
+TEST(EngineCheckpoint, SixteenBitWeightsAreStoredAsSuch) {
+  JobDir dir("sixteen");
+  Session session(config(2, /*fp16=*/true), test_world(), 42, true);
+  session.run(0, 3);
+  session.engine->save_checkpoint(dir.path.string());
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() != 0) return;
+  zero::checkpoint::CheckpointReader reader(dir.path.string());
+  EXPECT_EQ(reader.params16_dtype(), "Half");
+  for (const auto& item : session.model->named_parameters()) {
+    const int p = reader.find(item.key());
+    ASSERT_GE(p, 0) << item.key();
+    at::Tensor stored = torch::empty(item.value().sizes(), torch::kHalf);
+    reader.read16(p, 0, reader.numel(p), reinterpret_cast<uint16_t*>(stored.data_ptr()));
+    EXPECT_TRUE(stored.equal(item.value().detach())) << item.key() << ": not the model's fp16 weights";
+  }
 }
