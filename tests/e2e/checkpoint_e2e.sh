@@ -7,20 +7,7 @@
 #   previous checkpoint, which verifies and resumes to the same losses; the next saves succeed;
 # - zero-ckpt: inspect verifies; consolidate --format llmc equals zero-train's --export of the same
 #   weights byte for byte and loads back with --init; a flipped byte is an error naming the file.
-set -u
-bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1
-config() {  # config STAGE → a file with a fixed global batch of 12 rows
-  cat > "$tmp/stage$1.json" <<JSON
-{"train_batch_size": 12, "gradient_clipping": 1.0,
- "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 0},
- "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}}
-JSON
-  echo "$tmp/stage$1.json"
-}
+source "$(dirname "$0")/gpt_e2e_common.sh"
 train() {  # train RANKS STAGE LOG [zero-train flags...]
   local ranks=$1 stage=$2 log=$3
   shift 3

@@ -1,20 +1,7 @@
 #!/usr/bin/env bash
 # zero-train as a user runs it: the same global batch gives the same losses at 1 rank stage 0,
 # 2 ranks stage 2, 3 ranks stage 1 and 2 ranks stage 3 (within 1e-5), and bad input is a clear error.
-set -u
-bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1
-config() {  # config STAGE → a file with a fixed global batch of 12 rows
-  cat > "$tmp/stage$1.json" <<JSON
-{"train_batch_size": 12, "gradient_clipping": 1.0,
- "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 0},
- "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}}
-JSON
-  echo "$tmp/stage$1.json"
-}
+source "$(dirname "$0")/gpt_e2e_common.sh"
 run() {  # run RANKS STAGE → the loss column
   "$bin/zero-run" -n "$1" "$bin/zero-train" --config "$(config "$2")" --text "$src/README.md" --steps 10 \
     --layers 2 --heads 2 --channels 32 --max-seq 16 2>&1 | awk '/^step/ {print $5}'
