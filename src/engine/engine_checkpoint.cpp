@@ -148,6 +148,13 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       m["stage"] = s.config.zero.stage;
       m["model_dtype"] = std::string(c10::toString(s.flat->dtype()));
       m["train_batch_size"] = s.config.train_batch_size;
+      // The effective DeepSpeed config, key path by key path (as `zero-config check` prints it).
+      m["config_origin"] = s.config.origin();
+      m["config"] = json::object();
+      for (const ConfigValue& v : s.config.values()) {
+        const json value = json::parse(v.value, nullptr, false);
+        m["config"][v.path] = value.is_discarded() ? json(v.value) : value;
+      }
       for (const auto& [name, tensor] : kinds) m["kinds"].push_back(name);
       if (s.flat->dtype() != at::kFloat) m["params16"] = std::string(c10::toString(s.flat->dtype()));
       for (size_t i = 0; i < s.flat->params().size(); ++i) {

@@ -260,6 +260,15 @@ TEST(EngineCheckpoint, Stage3ResumesBitwiseAndLoadsAtAnyStage) {
   UnitSession straight(3, test_world(), 42);
   straight.run(0, 5);
   straight.engine->save_checkpoint(dir.path.string());
+  {
+    const zero::checkpoint::CheckpointReader reader(dir.path.string());
+    const auto& m = reader.manifest();
+    EXPECT_EQ(m.at("world_size"), test_world().size());
+    EXPECT_EQ(m.at("stage"), 3);
+    EXPECT_EQ(m.at("config").at("zero_optimization.stage"), 3);  // the effective config, key by key
+    EXPECT_EQ(m.at("config").at("optimizer.params.lr"), 0.003);
+    EXPECT_EQ(m.at("rng_states").size(), static_cast<size_t>(test_world().size()));
+  }
   const std::vector<double> expected = straight.run(5, 10);
 
   UnitSession resumed(3, test_world(), 7);  // other initial weights: all must come from the file
