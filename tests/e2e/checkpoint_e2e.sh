@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints as a user meets them, through zero-train and zero-ckpt:
 # - resume anywhere: saved at 4 ranks stage 3, resumed at 2 ranks stage 1 and at 1 rank stage 0
-#   (and saved at 1 rank stage 0, resumed at 4 ranks stage 3): the next 10 losses match the
+#   (and the reverse: saved there, resumed at 4 ranks stage 3): the next 10 losses match the
 #   uninterrupted 4-rank run within 1e-5;
 # - crash safety: a rank SIGKILLed half-way through writing its file leaves `latest` on the
 #   previous checkpoint, which verifies and resumes to the same losses; the next saves succeed;
@@ -37,14 +37,17 @@ for case in "2 1" "1 0"; do
     echo "FAIL resume at $1 rank(s) stage $2"; paste "$tmp/expected" "$tmp/got"; tail -5 "$tmp/resumed.log"; fail=1
   fi
 done
-train 1 0 "$tmp/one.log" --steps 10 --save-dir "$tmp/at1"
-train 4 3 "$tmp/resumed.log" --steps 20 --save-dir "$tmp/at1" --resume
-steps "$tmp/resumed.log" > "$tmp/got"
-if same_losses "$tmp/expected" "$tmp/got"; then
-  echo "ok   saved at 1 rank stage 0, resumed at 4 ranks stage 3: steps 11-20 match"
-else
-  echo "FAIL resume at 4 ranks stage 3"; paste "$tmp/expected" "$tmp/got"; fail=1
-fi
+for case in "1 0" "2 1"; do
+  set -- $case
+  train "$1" "$2" "$tmp/saving.log" --steps 10 --save-dir "$tmp/at$1"
+  train 4 3 "$tmp/resumed.log" --steps 20 --save-dir "$tmp/at$1" --resume
+  steps "$tmp/resumed.log" > "$tmp/got"
+  if same_losses "$tmp/expected" "$tmp/got"; then
+    echo "ok   saved at $1 rank(s) stage $2, resumed at 4 ranks stage 3: steps 11-20 match"
+  else
+    echo "FAIL resume at 4 ranks stage 3 from $1 rank(s) stage $2"; paste "$tmp/expected" "$tmp/got"; fail=1
+  fi
+done
 
 # Crash safety: rank 1 dies half-way through writing its file in the second save (step 10).
 train 2 2 "$tmp/whole.log" --steps 20
