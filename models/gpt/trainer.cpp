@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -249,6 +251,16 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     }
   }
   report.finish();
+  {
+    // What an operator compares across runs and tools: the largest peak RSS of any rank, and this
+    // rank's model-state bytes (parameters, gradients, master weights, optimizer state, buckets).
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    at::Tensor rss = torch::full({1}, static_cast<double>(usage.ru_maxrss), torch::kDouble);
+    world.communicator().all_reduce(rss, ReduceOp::kMax, {.async = false});
+    report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank), model state {} bytes on rank 0",
+                            static_cast<int64_t>(rss.item<double>()), engine.memory_report().total()));
+  }
   const OpStats gathers = engine.comm_stats().total(CollectiveOp::kAllGather);
   result.all_gather_calls = gathers.calls;
   result.all_gather_seconds = gathers.seconds;

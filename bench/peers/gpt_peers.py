@@ -1,0 +1,172 @@
+"""PyTorch's own data-parallel tools on zero-train's workload (bench/peers/run drives it).
+
+One rank of a run, launched by zero-run (OpenMPI's environment gives rank and size; gloo does the
+communication). The model is zero-train's GPT-2 (models/gpt/gpt.cpp: llm.c's layout, tanh GELU,
+tied embedding, logits over the real vocabulary), built from the same llm.c checkpoint; the data
+are the same windows of the same text file (models/gpt/token_data.h: batch s is the window
+tokens[s*B*T : s*B*T + B*T + 1], rank r takes rows [r*B/N, (r+1)*B/N)); AdamW and clipping as in
+the zerocpp configs bench/peers/run writes. Rank 0 prints one JSON line.
+
+Modes: single (one process), ddp, zero1 (DDP + ZeroRedundancyOptimizer), fsdp_full, fsdp_grad_op.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import struct
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def read_llmc(path):
+    with open(path, "rb") as f:
+        header = struct.unpack("256i", f.read(1024))
+        assert header[0] == 20240326 and header[1] == 3, f"{path}: not an llm.c fp32 checkpoint"
+        max_t, vocab, layers, heads, channels, padded = header[2:8]
+        values = torch.frombuffer(bytearray(f.read()), dtype=torch.float32)
+    return dict(max_t=max_t, vocab=vocab, layers=layers, heads=heads, channels=channels, padded=padded), values
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        p = lambda *shape: torch.nn.Parameter(torch.zeros(*shape))
+        self.ln1w, self.ln1b, self.qkvw, self.qkvb = p(c), p(c), p(3 * c, c), p(3 * c)
+        self.attprojw, self.attprojb, self.ln2w, self.ln2b = p(c, c), p(c), p(c), p(c)
+        self.fcw, self.fcb, self.fcprojw, self.fcprojb = p(4 * c, c), p(4 * c), p(c, 4 * c), p(c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        hs = c // self.heads
+        h = F.layer_norm(x, (c,), self.ln1w, self.ln1b, 1e-5)
+        q, k, v = F.linear(h, self.qkvw, self.qkvb).split(c, 2)
+        q, k, v = (z.reshape(b, t, self.heads, hs).transpose(1, 2) for z in (q, k, v))
+        scores = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        future = torch.ones(t, t, dtype=torch.bool).triu(1)
+        attended = torch.softmax(scores.masked_fill(future, float("-inf")), -1).matmul(v)
+        y = x + F.linear(attended.transpose(1, 2).reshape(b, t, c), self.attprojw, self.attprojb)
+        h = F.layer_norm(y, (c,), self.ln2w, self.ln2b, 1e-5)
+        return y + F.linear(F.gelu(F.linear(h, self.fcw, self.fcb), approximate="tanh"), self.fcprojw, self.fcprojb)
+
+
+class Gpt(torch.nn.Module):
+    KINDS = ["ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw",
+             "fcprojb"]
+
+    def __init__(self, shape, values):
+        super().__init__()
+        c, layers = shape["channels"], shape["layers"]
+        self.vocab = shape["vocab"]
+        self.wte = torch.nn.Parameter(torch.zeros(shape["padded"], c))
+        self.wpe = torch.nn.Parameter(torch.zeros(shape["max_t"], c))
+        self.blocks = torch.nn.ModuleList(Block(c, shape["heads"]) for _ in range(layers))
+        self.lnfw, self.lnfb = torch.nn.Parameter(torch.zeros(c)), torch.nn.Parameter(torch.zeros(c))
+        offset = 0
+        with torch.no_grad():  # llm.c order: wte, wpe, each kind across layers, lnfw, lnfb
+            for target in [[self.wte], [self.wpe]] + [[getattr(b, k) for b in self.blocks] for k in self.KINDS] + [
+                    [self.lnfw], [self.lnfb]]:
+                for p in target:
+                    p.copy_(values[offset:offset + p.numel()].view_as(p))
+                    offset += p.numel()
+        assert offset == values.numel()
+
+    def forward(self, tokens, targets):  # the loss: DDP and FSDP hook the wrapped module's forward
+        t = tokens.shape[1]
+        x = F.embedding(tokens, self.wte) + self.wpe[:t]
+        for block in self.blocks:
+            x = block(x)
+        x = F.layer_norm(x, (x.shape[-1],), self.lnfw, self.lnfb, 1e-5)
+        logits = x.matmul(self.wte[:self.vocab].t())
+        return F.cross_entropy(logits.reshape(-1, self.vocab).float(), targets.reshape(-1))
+
+
+def batch(tokens, step, rows, seq, rank, ranks):
+    per_epoch = (tokens.numel() - 1) // (rows * seq)
+    start = (step % per_epoch) * rows * seq
+    window = tokens[start:start + rows * seq + 1]
+    x, y = window[:-1].view(rows, seq), window[1:].view(rows, seq)
+    mine = slice(rank * rows // ranks, (rank + 1) * rows // ranks)
+    return x[mine], y[mine]
+
+
+def state_bytes(model, optimizer):
+    """Parameters, gradients and optimizer state this rank holds (ZeroRedundancyOptimizer keeps its
+    shard's state in the optimizer it wraps)."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    local = getattr(optimizer, "optim", optimizer)
+    opt = sum(t.numel() * t.element_size() for s in local.state.values() for t in s.values()
+              if torch.is_tensor(t) and t.dim() > 0)
+    return params + grads + opt
+
+
+def main():
+    a = argparse.ArgumentParser()
+    a.add_argument("--mode", required=True, choices=["single", "ddp", "zero1", "fsdp_full", "fsdp_grad_op"])
+    a.add_argument("--init", required=True)
+    a.add_argument("--text", required=True)
+    a.add_argument("--steps", type=int, default=30)
+    a.add_argument("--warmup", type=int, default=3)
+    a.add_argument("--rows", type=int, required=True, help="global batch rows")
+    a.add_argument("--lr", type=float, default=1e-3)
+    o = a.parse_args()
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+    ranks = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+    if o.mode != "single":
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    shape, values = read_llmc(o.init)
+    with open(o.text, "rb") as f:
+        tokens = torch.tensor(list(f.read()), dtype=torch.long)
+    model = Gpt(shape, values)
+    seq = shape["max_t"]
+    if o.mode in ("ddp", "zero1"):
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    elif o.mode.startswith("fsdp"):
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy  # fails on Python 3.11
+        strategy = ShardingStrategy.FULL_SHARD if o.mode == "fsdp_full" else ShardingStrategy.SHARD_GRAD_OP
+        model = FullyShardedDataParallel(model, sharding_strategy=strategy)
+    params = list(model.parameters())
+    if o.mode == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        optimizer = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=o.lr, weight_decay=0.01)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=0.01)
+    ms, losses = [], []
+    for step in range(o.warmup + o.steps):
+        x, y = batch(tokens, step, o.rows, seq, rank, ranks)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)  # ranks hold whole gradients after DDP
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        if step >= o.warmup:
+            ms.append(elapsed * 1e3)
+        mean = loss.detach().clone()  # the global batch's loss, as zero-train prints it (untimed)
+        if ranks > 1:
+            dist.all_reduce(mean)
+        losses.append(mean.item() / ranks)
+    state = state_bytes(model, optimizer)
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, state], dtype=torch.float64)
+    if ranks > 1:
+        dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        median = sorted(ms)[len(ms) // 2]
+        print(json.dumps({"mode": o.mode, "ranks": ranks, "median_ms": median,
+                          "tokens_per_s": o.rows * seq / median * 1e3, "peak_rss_kib": int(rss[0]),
+                          "state_bytes": int(rss[1]), "first_loss": losses[0], "last_loss": losses[-1]}))
+    if ranks > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
