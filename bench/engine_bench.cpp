@@ -81,22 +81,34 @@ int main(int argc, char** argv) {
                fb * 1e3, median(torch_adam) * 1e3, params, optimizer * 1e3);
     fmt::print("# rest = step - forward/backward - flat AdamW over this rank's share (1/N at stages 1-2): hooks, "
                "bucketing, copies, norm, communication\n");
-    fmt::print("| ranks | stage | step ms (median) | vs stage 0 | rest ms | rest / step | model state B/rank |\n");
-    fmt::print("|---:|---:|---:|---:|---:|---:|---:|\n");
+    fmt::print("# MPI = time inside the engine's collectives per step (blocking: overlap_comm and stage-3 prefetch off); "
+               "engine overhead = "
+               "rest - MPI\n");
+    fmt::print("| ranks | stage | step ms (median) | vs stage 0 | rest ms | MPI ms | engine overhead ms | overhead / "
+               "step | model state B/rank |\n");
+    fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   double stage0 = 0;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     torch::manual_seed(1);
     auto model = std::make_shared<zero::models::TinyTransformer>(o);
     zero::Config config = zero::Config::parse(fmt::format(
         R"({{"train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
-            "zero_optimization": {{"stage": {}, "overlap_comm": true, "reduce_bucket_size": 500000}},
+            "zero_optimization": {{"stage": {}, "overlap_comm": false, "reduce_bucket_size": 500000,
+                                  "stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0}},
             "optimizer": {{"type": "AdamW", "params": {{"lr": 0.001, "weight_decay": 0.01}}}}}})",
         micro, stage));
     config.resolve({.world_size = n});
     zero::Engine engine(*model, config, world);
     std::vector<double> times;
+    double mpi_before = 0;
+    auto mpi_seconds = [&] {
+      double total = 0;
+      for (const auto& [key, stats] : engine.comm_stats().by_size()) total += stats.seconds;
+      return total;
+    };
     for (int s = 0; s < warmup + steps; ++s) {
+      if (s == warmup) mpi_before = mpi_seconds();
       world.communicator().barrier({.async = false});
       auto t0 = Clock::now();
       engine.backward(engine.forward([&] { return model->loss(tokens, targets); }));
@@ -106,9 +118,11 @@ int main(int argc, char** argv) {
     const double t = median(times);
     if (stage == 0) stage0 = t;
     const double rest = t - fb - optimizer / (stage == 0 ? 1 : n);
+    const double mpi = (mpi_seconds() - mpi_before) / steps;  // a mean: the collectives of a median step
     if (world.rank() == 0) {
-      fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.2f} | {:.1f} % | {} |\n", n, stage, t * 1e3, t / stage0, rest * 1e3,
-                 100.0 * rest / t, engine.memory_report().total());
+      fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} % | {} |\n", n, stage, t * 1e3,
+                 t / stage0, rest * 1e3, mpi * 1e3, (rest - mpi) * 1e3, 100.0 * (rest - mpi) / t,
+                 engine.memory_report().total());
     }
   }
   return 0;
