@@ -105,6 +105,18 @@ def state_bytes(model, optimizer):
     return params + grads + opt
 
 
+def fp32_allreduce_hook(state, bucket):
+    """DDP communication hook: the bucket's mean, reduced in fp32 and written back in its dtype."""
+    wide = bucket.buffer().float().div_(dist.get_world_size())
+    future = dist.all_reduce(wide, async_op=True).get_future()
+
+    def narrow(done):
+        bucket.buffer().copy_(done.value()[0])
+        return bucket.buffer()
+
+    return future.then(narrow)
+
+
 def main():
     a = argparse.ArgumentParser()
     a.add_argument("--mode", required=True, choices=["single", "ddp", "zero1", "fsdp_full", "fsdp_grad_op"])
@@ -114,6 +126,8 @@ def main():
     a.add_argument("--warmup", type=int, default=3)
     a.add_argument("--rows", type=int, required=True, help="global batch rows")
     a.add_argument("--lr", type=float, default=1e-3)
+    a.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: the model in bf16, AdamW on fp32 master copies (what zerocpp's bf16 does)")
     o = a.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
@@ -126,28 +140,48 @@ def main():
     with open(o.text, "rb") as f:
         tokens = torch.tensor(list(f.read()), dtype=torch.long)
     model = Gpt(shape, values)
+    masters = None
+    if o.dtype == "bf16":
+        model = model.to(torch.bfloat16)
+        masters = [p.detach().float().clone() for p in model.parameters()]
     seq = shape["max_t"]
     if o.mode in ("ddp", "zero1"):
+        if o.dtype == "bf16":
+            # gloo cannot broadcast bf16 either ("Invalid scalar type"), and DDP broadcasts rank 0's
+            # weights when it wraps the model. Every rank loaded the same file: skip that sync.
+            import torch.nn.parallel.distributed as ddp_module
+            ddp_module._sync_module_states = lambda *args, **kwargs: None
         model = torch.nn.parallel.DistributedDataParallel(model)
+        if o.dtype == "bf16":  # gloo cannot reduce bf16 ("Invalid scalar type"): in fp32, as zerocpp accumulates
+            model.register_comm_hook(None, fp32_allreduce_hook)
     elif o.mode.startswith("fsdp"):
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy  # fails on Python 3.11
         strategy = ShardingStrategy.FULL_SHARD if o.mode == "fsdp_full" else ShardingStrategy.SHARD_GRAD_OP
         model = FullyShardedDataParallel(model, sharding_strategy=strategy)
     params = list(model.parameters())
+    stepped = masters if masters is not None else params  # what the optimizer updates
     if o.mode == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        optimizer = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=o.lr, weight_decay=0.01)
+        optimizer = ZeroRedundancyOptimizer(stepped, optimizer_class=torch.optim.AdamW, lr=o.lr, weight_decay=0.01)
     else:
-        optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=0.01)
+        optimizer = torch.optim.AdamW(stepped, lr=o.lr, weight_decay=0.01)
     ms, losses = [], []
     for step in range(o.warmup + o.steps):
         x, y = batch(tokens, step, o.rows, seq, rank, ranks)
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
         loss = model(x, y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)  # ranks hold whole gradients after DDP
+        if masters is not None:
+            for m, p in zip(masters, params):
+                m.grad = p.grad.float()
+        torch.nn.utils.clip_grad_norm_(stepped, 1.0)  # ranks hold whole gradients after DDP
         optimizer.step()
+        if masters is not None:
+            with torch.no_grad():
+                for m, p in zip(masters, params):
+                    p.copy_(m)
         elapsed = time.perf_counter() - start
         if step >= o.warmup:
             ms.append(elapsed * 1e3)
@@ -155,13 +189,13 @@ def main():
         if ranks > 1:
             dist.all_reduce(mean)
         losses.append(mean.item() / ranks)
-    state = state_bytes(model, optimizer)
+    state = state_bytes(model, optimizer) + sum(m.numel() * 4 for m in masters or [])
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, state], dtype=torch.float64)
     if ranks > 1:
         dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         median = sorted(ms)[len(ms) // 2]
-        print(json.dumps({"mode": o.mode, "ranks": ranks, "median_ms": median,
+        print(json.dumps({"mode": o.mode, "dtype": o.dtype, "ranks": ranks, "median_ms": median,
                           "tokens_per_s": o.rows * seq / median * 1e3, "peak_rss_kib": int(rss[0]),
                           "state_bytes": int(rss[1]), "first_loss": losses[0], "last_loss": losses[-1]}))
     if ranks > 1:
