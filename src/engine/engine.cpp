@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -178,10 +177,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   // DeepSpeed casts the module to the training precision before anything else: dtypes must be
   // final before hooks are attached (changing one drops the gradient accumulator).
-  at::ScalarType dtype = config.bf16 ? at::kBFloat16 : at::kHalf;
-  if (!config.bf16 && !config.fp16.enabled) {  // the model's own
-    dtype = partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type();
-  }
+  const at::ScalarType dtype = engine::training_dtype(
+      config, partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type());
   engine::verify_partitioned_units(partitioned, s.comm, dtype);
   if (config.bf16 || config.fp16.enabled) model.to(dtype);
   {
@@ -227,7 +224,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   for (const UnitBase* unit : units.units)
     adopted.push_back(unit->partitioned() ? unit->partitioned()->buffer : at::Tensor());
   s.flat = std::make_unique<engine::FlatParams>(
-      std::move(params), partitions, stage3 ? std::numeric_limits<int64_t>::max() / 4 : config.zero.reduce_bucket_size,
+      std::move(params), partitions, stage3 ? engine::kWholeGroupBucket : config.zero.reduce_bucket_size,
       units.group_of, adopted);
   std::optional<at::ScalarType> wire;
   switch (config.communication_data_type) {

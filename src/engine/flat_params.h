@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <limits>
 #include <vector>
 
 #include "layout/bucket_layout.h"
@@ -54,5 +55,8 @@ class FlatParams {
 
 // Alignment, in elements, that makes every shard start on a 32-byte boundary.
 int64_t alignment_for(at::ScalarType dtype);
+
+// A bucket size no group reaches (stage 3: one bucket per unit, whatever reduce_bucket_size says).
+inline constexpr int64_t kWholeGroupBucket = std::numeric_limits<int64_t>::max() / 4;
 
 }  // namespace zero::engine

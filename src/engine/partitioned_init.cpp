@@ -5,12 +5,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <xxhash.h>
 
-#include <algorithm>
 #include <memory>
 #include <unordered_set>
 
 #include "engine/flat_params.h"
 #include "engine/partitioned_init.h"
+#include "layout/bucket_layout.h"
 #include "zero/error.h"
 #include "zero/unit.h"
 
@@ -18,12 +18,6 @@ namespace zero {
 namespace {
 
 thread_local Init* active = nullptr;
-
-at::ScalarType training_dtype(const Config& config, at::ScalarType declared) {
-  if (config.bf16) return at::kBFloat16;
-  if (config.fp16.enabled) return at::kHalf;
-  return declared;
-}
 
 // A tensor of `numel` elements whose storage holds no bytes (a released bucket, as
 // FlatParams::release leaves one), with `params` made views of it at `offsets`, all without
@@ -59,7 +53,7 @@ struct InitAccess {
       trainable.push_back(p);
     }
     if (trainable.empty()) return;
-    const at::ScalarType dtype = training_dtype(init.config_, trainable.front().scalar_type());
+    const at::ScalarType dtype = engine::training_dtype(init.config_, trainable.front().scalar_type());
     // Bucket order is reverse registration order (FlatParams); small parameters stay whole.
     std::vector<at::Tensor> sharded;
     for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) {
@@ -75,28 +69,28 @@ struct InitAccess {
       sharded.push_back(p);
     }
     if (sharded.empty()) return;
-    int64_t numel = 0;
-    std::vector<int64_t> offsets;
-    for (const auto& p : sharded) {
-      offsets.push_back(numel);
-      numel += p.numel();
-    }
-    const int64_t quantum = world_size * engine::alignment_for(dtype);
-    const int64_t padded = std::max<int64_t>(quantum, (numel + quantum - 1) / quantum * quantum);
-    const int64_t shard_size = padded / world_size, mine = rank * shard_size;
+    // The bucket the engine will lay out for this unit: one bucket, the same padding and offsets.
+    std::vector<int64_t> numels;
+    for (const auto& p : sharded) numels.push_back(p.numel());
+    const layout::BucketLayout layout(numels, world_size, engine::alignment_for(dtype), engine::kWholeGroupBucket);
+    const layout::Bucket& bucket = layout.buckets().front();
     PartitionedUnit out;
     out.world_size = world_size;
-    out.shard = at::zeros({shard_size}, at::TensorOptions().dtype(dtype));
+    out.shard = at::zeros({bucket.shard}, at::TensorOptions().dtype(dtype));
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
     XXH3_64bits_reset(hash.get());
+    std::vector<int64_t> offsets;
     for (size_t i = 0; i < sharded.size(); ++i) {
       const at::Tensor v = sharded[i].detach().to(dtype).contiguous().reshape(-1);
       XXH3_64bits_update(hash.get(), v.data_ptr(), v.nbytes());
-      const int64_t begin = std::max(offsets[i], mine), end = std::min(offsets[i] + v.numel(), mine + shard_size);
-      if (begin < end) out.shard.narrow(0, begin - mine, end - begin).copy_(v.narrow(0, begin - offsets[i], end - begin));
+      offsets.push_back(layout.slot(static_cast<int>(i)).offset);
+      if (auto f = layout.fragment(static_cast<int>(i), rank)) {
+        const int64_t length = f->param_end - f->param_begin;
+        out.shard.narrow(0, f->owned_offset, length).copy_(v.narrow(0, f->param_begin, length));
+      }
     }
     out.checksum = XXH3_64bits_digest(hash.get());
-    out.buffer = released_buffer(dtype, padded, sharded, offsets);
+    out.buffer = released_buffer(dtype, bucket.padded, sharded, offsets);
     out.params = std::move(sharded);
     unit.set_partitioned(std::move(out));
   }
@@ -120,6 +114,12 @@ void partition_if_initializing(UnitBase& unit) {
 }  // namespace zero
 
 namespace zero::engine {
+
+at::ScalarType training_dtype(const Config& config, at::ScalarType declared) {
+  if (config.bf16) return at::kBFloat16;
+  if (config.fp16.enabled) return at::kHalf;
+  return declared;
+}
 
 PartitionedUnits find_partitioned_units(torch::nn::Module& model) {
   PartitionedUnits found;

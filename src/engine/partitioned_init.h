@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "zero/communicator.h"
+#include "zero/config.h"
 #include "zero/unit.h"
 
 namespace zero::engine {
@@ -21,6 +22,9 @@ struct PartitionedUnits {
 };
 
 PartitionedUnits find_partitioned_units(torch::nn::Module& model);
+
+// The dtype a model trains in: bf16 or fp16 from the config, else the model's own (`declared`).
+at::ScalarType training_dtype(const Config& config, at::ScalarType declared);
 
 // Collective. Errors (on every rank alike) when a unit was partitioned for another world size or
 // dtype than the engine's, or when ranks built a unit with different values (one all-reduce;
