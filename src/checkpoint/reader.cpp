@@ -22,10 +22,16 @@ std::string trim(std::string s) {
 
 }  // namespace
 
+void check_tag(const std::string& tag) {
+  if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos || tag.front() == '.' ||
+      tag.find(".partial") != std::string::npos || tag.find(".replaced") != std::string::npos) {
+    throw Error("checkpoint tag \"" + tag + "\" is not usable as a directory name", "tag");
+  }
+}
+
 CheckpointReader::CheckpointReader(const std::string& dir, const std::string& tag) : dir_(dir) {
   tag_ = tag.empty() ? trim(read_text_file((fs::path(dir) / "latest").string())) : tag;
-  if (tag_.empty() || tag_.find('/') != std::string::npos || tag_.front() == '.')
-    throw Error("checkpoint tag \"" + tag_ + "\" is not usable as a directory name", "tag");
+  check_tag(tag_);
   manifest_path_ = (fs::path(dir) / tag_ / "manifest.json").string();
   manifest_ = nlohmann::json::parse(read_text_file(manifest_path_), nullptr, false);
   if (manifest_.is_discarded() || !manifest_.is_object() || manifest_.value("format", "") != kFormatName)
@@ -77,36 +83,54 @@ int CheckpointReader::kind(const std::string& name) const {
   return it == kinds_.end() ? -1 : static_cast<int>(it - kinds_.begin());
 }
 
+std::string CheckpointReader::in_tag(const std::string& file) const { return (fs::path(dir_) / tag_ / file).string(); }
+
 std::string CheckpointReader::path_of(size_t file) const {
-  return (fs::path(dir_) / tag_ / manifest_["files"][file]["file"].get<std::string>()).string();
+  return in_tag(manifest_["files"][file]["file"].get<std::string>());
 }
 
 std::vector<CheckpointReader::FileInfo> CheckpointReader::files() const {
   std::vector<FileInfo> out;
-  for (const auto& f : manifest_["files"]) out.push_back({f["file"], f["bytes"], f["xxh3"]});
+  for (const char* list : {"files", "rng_states"}) {
+    for (const auto& f : manifest_.value(list, nlohmann::json::array())) out.push_back({f["file"], f["bytes"], f["xxh3"]});
+  }
   return out;
+}
+
+void CheckpointReader::check_digest(const std::string& path, const nlohmann::json& entry) const {
+  const FileDigest digest = digest_file(path);
+  if (digest.bytes != entry.at("bytes").get<uint64_t>())
+    throw Error(path + ": " + std::to_string(digest.bytes) + " bytes, the manifest says " + entry.at("bytes").dump() +
+                    " (truncated or replaced)",
+                path);
+  if (hex(digest.xxh3) != entry.at("xxh3").get<std::string>())
+    throw Error(path + ": checksum mismatch (xxh3 " + hex(digest.xxh3) + ", the manifest says " +
+                    entry.at("xxh3").get<std::string>() + "): the file is corrupt",
+                path);
 }
 
 int CheckpointReader::open_verified(size_t file) {
   if (fds_[file] >= 0) return fds_[file];
   const std::string path = path_of(file);
-  const nlohmann::json& expected = manifest_["files"][file];
-  const FileDigest digest = digest_file(path);
-  if (digest.bytes != expected.at("bytes").get<uint64_t>())
-    throw Error(path + ": " + std::to_string(digest.bytes) + " bytes, the manifest says " + expected.at("bytes").dump() +
-                    " (truncated or replaced)",
-                path);
-  if (hex(digest.xxh3) != expected.at("xxh3").get<std::string>())
-    throw Error(path + ": checksum mismatch (xxh3 " + hex(digest.xxh3) + ", the manifest says " +
-                    expected.at("xxh3").get<std::string>() + "): the file is corrupt",
-                path);
+  check_digest(path, manifest_["files"][file]);
   fds_[file] = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fds_[file] < 0) throw Error(path + ": cannot open the file", path);
   return fds_[file];
 }
 
+std::string CheckpointReader::rng_state(int rank) const {
+  const nlohmann::json& states = manifest_.value("rng_states", nlohmann::json::array());
+  if (rank < 0 || static_cast<size_t>(rank) >= states.size()) return "";
+  const nlohmann::json& entry = states[static_cast<size_t>(rank)];
+  const std::string path = in_tag(entry.at("file").get<std::string>());
+  check_digest(path, entry);
+  return read_text_file(path);
+}
+
 void CheckpointReader::verify_all() {
   for (size_t f = 0; f < fds_.size(); ++f) open_verified(f);
+  for (const auto& entry : manifest_.value("rng_states", nlohmann::json::array()))
+    check_digest(in_tag(entry.at("file").get<std::string>()), entry);
 }
 
 void CheckpointReader::read(int param, int kind, int64_t begin, int64_t end, float* out) {

@@ -15,6 +15,10 @@ namespace zero::checkpoint {
 inline constexpr const char* kFormatName = "zerocpp-checkpoint";
 inline constexpr int kFormatVersion = 1;
 
+// A tag must be usable as one directory name, and not one the save itself uses ("latest",
+// TAG.partial, TAG.replaced); an error naming it otherwise.
+void check_tag(const std::string& tag);
+
 class CheckpointReader {
  public:
   // DIR/TAG; an empty tag reads DIR/latest. Parses and checks the manifest (format, version).
@@ -42,9 +46,11 @@ class CheckpointReader {
   // and elements [begin, end) of a parameter's, as raw 16-bit values.
   std::string params16_dtype() const { return manifest_.value("params16", ""); }
   void read16(int param, int64_t begin, int64_t end, uint16_t* out);
-  // Verifies every file of the checkpoint (size and checksum).
+  // Rank `rank`'s saved CPU random state, verified; empty when the checkpoint holds none for it.
+  std::string rng_state(int rank) const;
+  // Verifies every file of the checkpoint (size and checksum): shards and random states.
   void verify_all();
-  // Per file: name, bytes, checksum as in the manifest.
+  // Per file (shards, then random states): name, bytes, checksum as in the manifest.
   struct FileInfo {
     std::string name;
     uint64_t bytes = 0;
@@ -58,6 +64,9 @@ class CheckpointReader {
     int64_t begin, end, offset;
   };
   int open_verified(size_t file);
+  // An error naming `path` unless its size and checksum are the manifest entry's.
+  void check_digest(const std::string& path, const nlohmann::json& entry) const;
+  std::string in_tag(const std::string& file) const;  // DIR/TAG/file
   // Elements [begin, end) of a parameter from the section of every file that starts at
   // `section` elements of `element_bytes` each, times the file's owned_numel.
   void read_section(int param, uint64_t section, uint64_t element_bytes, int64_t begin, int64_t end, char* out);

@@ -29,14 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using checkpoint::kFormatName;
+using checkpoint::check_tag;
 using checkpoint::kFormatVersion;
-
-void check_tag(const std::string& tag) {
-  if (tag.empty() || tag == "latest" || tag.find('/') != std::string::npos || tag.front() == '.' ||
-      tag.find(".partial") != std::string::npos || tag.find(".replaced") != std::string::npos) {
-    throw Error("checkpoint tag \"" + tag + "\" is not usable as a directory name", "tag");
-  }
-}
 
 std::string file_name(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
 std::string rng_file_name(int rank) { return "rank" + std::to_string(rank) + ".rng"; }
@@ -50,14 +44,9 @@ at::Tensor cpu_rng_state() {
 // This rank's random state from the checkpoint, when it was saved at this world size (a state per
 // rank has no meaning across another number of ranks: then the current state is kept).
 void restore_cpu_rng_state(const checkpoint::CheckpointReader& reader, int rank, int world_size) {
-  const json& m = reader.manifest();
-  if (!m.contains("rng_states") || m.value("world_size", 0) != world_size) return;
-  const json& entry = m["rng_states"].at(static_cast<size_t>(rank));
-  const std::string path = (fs::path(reader.manifest_path()).parent_path() / entry.at("file").get<std::string>()).string();
-  const checkpoint::FileDigest digest = checkpoint::digest_file(path);
-  if (digest.bytes != entry.at("bytes").get<uint64_t>() || checkpoint::hex(digest.xxh3) != entry.at("xxh3").get<std::string>())
-    throw Error(path + ": size or checksum differs from the manifest: the file is corrupt", path);
-  const std::string bytes = checkpoint::read_text_file(path);
+  if (reader.manifest().value("world_size", 0) != world_size) return;
+  const std::string bytes = reader.rng_state(rank);
+  if (bytes.empty()) return;
   at::Tensor state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
   at::Generator generator = at::detail::getDefaultCPUGenerator();

@@ -91,4 +91,11 @@ printf '\xff' | dd of="$tmp/ex/global_step6/rank1.bin" bs=1 seek=100 conv=notrun
 out=$("$bin/zero-ckpt" inspect "$tmp/ex" 2>&1)
 [[ $? -ne 0 ]] && grep -q "rank1.bin: checksum mismatch" <<<"$out" && echo "ok   a flipped byte names the file" ||
   { echo "FAIL corrupt file: $out"; fail=1; }
+# Random-state files are checked too: one byte changed in rank0.rng (not the shards) is named.
+rng="$tmp/crash/global_step20/rank0.rng"
+byte=$(od -An -tu1 -j20 -N1 "$rng" | tr -d ' ')
+printf "\\$(printf %o $((255 - byte)))" | dd of="$rng" bs=1 seek=20 conv=notrunc status=none
+out=$("$bin/zero-ckpt" inspect "$tmp/crash" 2>&1)
+[[ $? -ne 0 ]] && grep -q "rank0.rng: checksum mismatch" <<<"$out" && echo "ok   a changed random-state file names the file" ||
+  { echo "FAIL corrupt rng file: $out"; fail=1; }
 exit $fail
