@@ -172,9 +172,9 @@ void Stage3::release_all() {
 void Stage3::before_forward(UnitBase& unit) {
   const int u = unit.unit_index();
   if (in_forward_ && !recorded_) order_.push_back(u);
-  const bool follow = in_forward_ && recorded_ && prefetching_;
+  const bool follow = in_forward_ && recorded_ && order_holds_;
   if (follow && (cursor_ >= order_.size() || order_[cursor_] != u)) {
-    prefetching_ = false;
+    order_holds_ = false;
     if (rank_ == 0) {
       std::fprintf(stderr,
                    "zerocpp: warning: stage 3: the units ran in a different order than on the first step; "
@@ -183,7 +183,7 @@ void Stage3::before_forward(UnitBase& unit) {
   }
   ++cursor_;
   gather(bucket_of_unit_[static_cast<size_t>(u)]);
-  if (follow && prefetching_ && cursor_ < order_.size())
+  if (follow && order_holds_ && cursor_ < order_.size())
     prefetch(bucket_of_unit_[static_cast<size_t>(order_[cursor_])]);
 }
 
@@ -195,13 +195,13 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
     static_cast<const at::TensorBase&>(output).register_hook([this, b, u](const at::TensorBase&) {
       gather(b);
       // Backward runs the units in reverse: the one before this in forward order comes next.
-      if (recorded_ && prefetching_ && position_of_[static_cast<size_t>(u)] > 0)
+      if (recorded_ && order_holds_ && position_of_[static_cast<size_t>(u)] > 0)
         prefetch(bucket_of_unit_[static_cast<size_t>(
             order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)])]);
     });
   }
   // cursor_ - 1: this unit's position in the recorded order (before_forward advanced it).
-  const bool reuse = in_forward_ && recorded_ && prefetching_ && cursor_ >= 1 && cursor_ <= order_.size() &&
+  const bool reuse = in_forward_ && recorded_ && order_holds_ && cursor_ >= 1 && cursor_ <= order_.size() &&
                      reuse_distance_[cursor_ - 1] <= limits_.max_reuse_distance && gathered_ <= limits_.max_live;
   if (reuse) {
     kept_[static_cast<size_t>(b)] = true;
