@@ -80,7 +80,8 @@ class Stage3 : public detail::UnitHooks {
   // backward in reverse order); INT64_MAX when it does not.
   std::vector<int64_t> reuse_distance_;
   std::vector<bool> kept_;  // per bucket: left whole after its forward for reuse
-  bool recorded_ = false, in_forward_ = false, order_holds_ = true;  // units still run in the recorded order: prefetch and reuse on
+  // order_holds_: the units still run in the recorded order (prefetch and reuse stay on).
+  bool recorded_ = false, in_forward_ = false, order_holds_ = true;
   size_t cursor_ = 0;
   std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: a prefetch not yet waited for
   void prefetch(int b);
