@@ -32,10 +32,12 @@ int main(int argc, char** argv) {
   int steps = 20, warmup = 3;
   zero::models::TinyTransformerOptions o{.vocab = 256, .channels = 128, .heads = 4, .layers = 4, .max_seq = 64};
   int64_t micro = 8;
+  std::vector<int> stages{0, 1, 2, 3};
   app.add_option("--steps", steps, "timed steps");
   app.add_option("--channels", o.channels);
   app.add_option("--layers", o.layers);
   app.add_option("--micro-batch", micro);
+  app.add_option("--stages", stages, "stages to run (the first is the ratio's base)");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(1);
   zero::keep_freed_memory();  // include/zero/allocator.h: the same tensors every step
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   double stage0 = 0;
-  for (int stage : {0, 1, 2, 3}) {
+  for (int stage : stages) {
     torch::manual_seed(1);
     auto model = std::make_shared<zero::models::TinyTransformer>(o);
     zero::Config config = zero::Config::parse(fmt::format(
@@ -116,7 +118,7 @@ int main(int argc, char** argv) {
       if (s >= warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
     const double t = median(times);
-    if (stage == 0) stage0 = t;
+    if (stage0 == 0) stage0 = t;
     const double rest = t - fb - optimizer / (stage == 0 ? 1 : n);
     const double mpi = (mpi_seconds() - mpi_before) / steps;  // a mean: the collectives of a median step
     if (world.rank() == 0) {

@@ -319,7 +319,8 @@ void Engine::step() {
   }
   ++s.global_steps;
   if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
-  at::Tensor grads = s.reducer->owned_gradients();
+  at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
+  const double average = s.reducer->averaging_factor();
   // Everything below runs in tiles of sub_group_size elements: temporaries stay a few tiles.
   const std::vector<optim::Tile> tiles = optim::tiles_of(grads.numel(), s.config.zero.sub_group_size);
   if (s.config.fp16.enabled) {
@@ -336,21 +337,21 @@ void Engine::step() {
       return;
     }
   }
-  // Global L2 norm of the (still loss-scaled) gradients; padding elements are zero and add nothing.
-  // Partitioned, each rank holds a share of the squares; at stage 0 every rank holds them all.
+  // Global L2 norm of the (still loss-scaled, summed over ranks) gradients; padding elements are
+  // zero and add nothing. Partitioned, each rank holds a share of the squares; at stage 0 every rank holds them all.
   double sum_of_squares = 0;
   for (const optim::Tile t : tiles) sum_of_squares += grads.narrow(0, t.offset, t.length).pow(2).sum(at::kDouble).item<double>();
   at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);
   if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
-  const double scaled_norm = std::sqrt(squares.item<double>());
+  const double scaled_norm = std::sqrt(squares.item<double>()) * average;
   s.grad_norm = scaled_norm / loss_scale();
-  // Unscale and clip in one multiplication, as DeepSpeed does.
+  // Average, unscale and clip in one multiplication (DeepSpeed folds the last two).
   double combined = loss_scale();
   if (s.config.gradient_clipping > 0) {
     const double clip = (s.grad_norm + 1e-6) / s.config.gradient_clipping;
     if (clip > 1) combined *= clip;
   }
-  grads.mul_(1.0 / combined);
+  if (const double factor = average / combined; factor != 1.0) grads.mul_(factor);
   optim::StepParams params{.lr = s.schedule.lr(),
                            .beta1 = s.config.optimizer.beta1,
                            .beta2 = s.config.optimizer.beta2,

@@ -47,6 +47,7 @@ GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool o
     attach_gradient_views();
   } else {
     accumulator_ = at::zeros({flat_.layout().owned_numel()}, at::kFloat);
+    arrived_.assign(flat_.params().size(), 0);
     staged_.resize(buckets.size());
     staged_pool_buffer_.resize(buckets.size());
   }
@@ -83,6 +84,8 @@ void GradReducer::attach_gradient_views() {
 void GradReducer::begin_backward(bool reduce) {
   reducing_ = reduce;
   std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(arrived_.begin(), arrived_.end(), 0);
+  first_since_zero_ = reduce && accumulator_stale_;
   next_launch_ = 0;
   if (stage_ < 2) {
     attach_gradient_views();  // in case the user reset .grad (Module::zero_grad sets it to none)
@@ -117,8 +120,11 @@ at::Tensor GradReducer::acquire_bucket(int b) {
     ++pool_buffers_;
   }
   staged_pool_buffer_[static_cast<size_t>(b)] = buffer;
-  // Zeroed: padding, and parameters that get no gradient this micro-step, must add nothing.
-  return buffer.narrow(0, 0, padded).zero_();
+  // Only the padding is zeroed here: every parameter's slot is written by its gradient, or
+  // zeroed by end_backward when it gets none (zeroing the whole bucket would be one more pass).
+  const int64_t numel = flat_.layout().buckets()[static_cast<size_t>(b)].numel;
+  buffer.narrow(0, numel, padded - numel).zero_();
+  return buffer.narrow(0, 0, padded);
 }
 
 void GradReducer::on_gradient(int param) {
@@ -129,6 +135,7 @@ void GradReducer::on_gradient(int param) {
     if (!staged_[static_cast<size_t>(b)].defined()) staged_[static_cast<size_t>(b)] = acquire_bucket(b);
     flat_.view_of(staged_[static_cast<size_t>(b)], param).copy_(p.grad());
     p.mutable_grad().reset();  // the whole gradient lives only until it is in its bucket
+    arrived_[static_cast<size_t>(param)] = 1;
   }
   if (++ready_[static_cast<size_t>(b)] ==
           static_cast<int>(flat_.layout().buckets()[static_cast<size_t>(b)].params.size()) &&
@@ -168,12 +175,20 @@ void GradReducer::launch(int b) {
   std::function<void()> finish;
   if (stage_ == 2) {
     const auto& bucket = flat_.layout().buckets()[static_cast<size_t>(b)];
-    finish = [this, b, wire, shard, bucket_offset = bucket.owned_offset, size = bucket.shard] {
-      accumulator_.narrow(0, bucket_offset, size).add_(shard);
+    at::Tensor accumulated = accumulator_.narrow(0, bucket.owned_offset, bucket.shard);
+    // The first reduction since zero() replaces the accumulator's stale contents; an fp32 one is
+    // reduce-scattered straight into it (no copy out of the bucket, no add).
+    const bool direct = first_since_zero_ && reduce_scatter_ && wire.scalar_type() == at::kFloat;
+    finish = [this, b, wire, shard, accumulated, direct, first = first_since_zero_] {
+      if (!direct) first ? accumulated.copy_(shard) : accumulated.add_(shard);
       pool_.push_back(std::move(staged_pool_buffer_[static_cast<size_t>(b)]));
       staged_pool_buffer_[static_cast<size_t>(b)] = at::Tensor();
       staged_[static_cast<size_t>(b)] = at::Tensor();
     };
+    if (direct) {
+      pending_.push_back({comm_.reduce_scatter(wire, accumulated, ReduceOp::kSum, options), std::move(finish)});
+      return;
+    }
   } else if (convert) {
     finish = [this, b, grads, shard] { flat_.shard(grads, b, rank_).copy_(shard); };
   }
@@ -203,27 +218,32 @@ void GradReducer::end_backward() {
     const bool was_complete = ready_[b] == static_cast<int>(buckets[b].params.size());
     // Parameters that got no gradient this micro-step contribute zeros. (A complete bucket was
     // launched already, and may have given its buffer back: it needs none.)
-    if (stage_ == 2 && !was_complete && !staged_[b].defined()) staged_[b] = acquire_bucket(static_cast<int>(b));
+    if (stage_ == 2 && !was_complete) {
+      if (!staged_[b].defined()) staged_[b] = acquire_bucket(static_cast<int>(b));
+      for (int p : buckets[b].params)
+        if (!arrived_[static_cast<size_t>(p)]) flat_.view_of(staged_[b], p).zero_();
+    }
     ready_[b] = static_cast<int>(buckets[b].params.size());
     if (!was_complete && on_bucket_complete) on_bucket_complete(static_cast<int>(b));
   }
   launch_ready_buckets();
   drain(true);
   reducing_ = false;
+  if (stage_ == 2) accumulator_stale_ = false;
 }
 
-void GradReducer::post_scale(at::Tensor& grads) const {
+double GradReducer::averaging_factor() const {
   const double ranks = comm_.size();
-  if (!prescale_) {
-    grads.div_(ranks);
-  } else if (predivide_ != ranks) {
-    grads.mul_(predivide_ / ranks);
-  }
+  return prescale_ ? predivide_ / ranks : 1.0 / ranks;
 }
 
 at::Tensor GradReducer::owned_gradients() {
   at::Tensor grads;
   if (stage_ == 2) {
+    if (accumulator_stale_) {  // nothing reduced since zero()
+      accumulator_.zero_();
+      accumulator_stale_ = false;
+    }
     grads = accumulator_;
   } else {
     std::vector<at::Tensor> shards;
@@ -231,13 +251,12 @@ at::Tensor GradReducer::owned_gradients() {
       shards.push_back(flat_.shard(grad_buffers_[b], static_cast<int>(b), rank_));
     grads = at::cat(shards).to(at::kFloat);
   }
-  post_scale(grads);
   return grads;
 }
 
 void GradReducer::zero() {
   if (stage_ == 2) {
-    accumulator_.zero_();
+    accumulator_stale_ = true;  // the next reduction overwrites it: no pass over it here
   } else {
     for (auto& g : grad_buffers_) g.zero_();
   }

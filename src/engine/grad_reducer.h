@@ -49,10 +49,13 @@ class GradReducer {
   void begin_backward(bool reduce);
   // After backward: completes buckets that missed gradients, launches what is left, waits.
   void end_backward();
-  // The reduced gradient of every owned element, fp32, averaged over ranks (and over nothing
-  // else: the loss was already divided by the accumulation steps). Valid after the boundary's
-  // end_backward(). Stage 2 returns its accumulator; stages 0/1 a new tensor.
+  // The reduced gradient of every owned element, fp32, summed over ranks (times
+  // averaging_factor() it is the average; the loss was already divided by the accumulation
+  // steps). Valid after the boundary's end_backward(). Stage 2 returns its accumulator; stages
+  // 0/1 a new tensor. Note: the average is left to the caller, which folds it into its own
+  // unscale-and-clip multiplication: one pass over the gradients, not two.
   at::Tensor owned_gradients();
+  double averaging_factor() const;
   // After the optimizer step (or a skipped one): zero everything accumulated.
   void zero();
 
@@ -75,7 +78,6 @@ class GradReducer {
   void launch_ready_buckets();
   void launch(int b);
   void drain(bool all);
-  void post_scale(at::Tensor& grads) const;
 
   FlatParams& flat_;
   Communicator& comm_;
@@ -87,6 +89,10 @@ class GradReducer {
   bool reducing_ = false;
   std::vector<at::Tensor> grad_buffers_;        // stages 0/1: whole buckets, model dtype
   at::Tensor accumulator_;                      // stage 2: owned shards, fp32
+  // stage 2: zero() was called and no reduction has landed since: the accumulator's contents are
+  // garbage that the next reducing micro-step overwrites (first_since_zero_: this one does).
+  bool accumulator_stale_ = false, first_since_zero_ = false;
+  std::vector<char> arrived_;                   // stage 2: gradient received this micro-step, per param
   std::vector<at::Tensor> staged_;              // stage 2: the bucket buffer in use, per bucket
   std::vector<at::Tensor> staged_pool_buffer_;  // stage 2: the pool buffer behind each staged_ view
   std::vector<at::Tensor> pool_;                // stage 2: free bucket buffers

@@ -353,6 +353,23 @@ TEST(EngineApi, ZeroGradTrainEval) {
   EXPECT_EQ(model->fc1->weight.grad().abs().sum().item<double>(), 0.0);
 }
 
+TEST(EngineApi, StepWithoutBackwardSeesZeroGradients) {
+  // Stage 2 zeroes its gradient accumulator lazily (the next reduction overwrites it): a step with
+  // no backward since the last one must still see zeros, not the previous step's gradients.
+  for (int stage : {0, 1, 2}) {
+    torch::manual_seed(42);
+    auto model = std::make_shared<Mlp>();
+    zero::Config config = zero::Config::parse(config_json(stage, 1, false));
+    config.resolve({.world_size = test_world().size()});
+    zero::Engine engine(*model, config, test_world());
+    engine.backward(model->loss(torch::randn({4, 16}), torch::randn({4, 8})));
+    engine.step();
+    EXPECT_GT(engine.get_global_grad_norm(), 0.0) << "stage " << stage;
+    engine.step();
+    EXPECT_EQ(engine.get_global_grad_norm(), 0.0) << "stage " << stage;
+  }
+}
+
 TEST(EngineLifetime, TheModelOutlivesTheEngine) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>();
