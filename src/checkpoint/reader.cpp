@@ -137,6 +137,10 @@ void CheckpointReader::read(int param, int kind, int64_t begin, int64_t end, flo
   read_section(param, static_cast<uint64_t>(kind), sizeof(float), begin, end, reinterpret_cast<char*>(out));
 }
 
+void CheckpointReader::verify(int param, int64_t begin, int64_t end) {
+  read_section(param, 0, sizeof(float), begin, end, nullptr);
+}
+
 void CheckpointReader::read16(int param, int64_t begin, int64_t end, uint16_t* out) {
   if (params16_dtype().empty())
     throw Error(manifest_path_ + ": the checkpoint holds no 16-bit weights (an fp32 model)", manifest_path_);
@@ -153,8 +157,10 @@ void CheckpointReader::read_section(int param, uint64_t section, uint64_t elemen
     const int fd = open_verified(src.file);
     const auto owned = manifest_["files"][src.file].at("owned_numel").get<uint64_t>();
     const uint64_t element = section * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
-    read_at(fd, path_of(src.file), element * element_bytes, out + (lo - begin) * static_cast<int64_t>(element_bytes),
-            static_cast<uint64_t>(hi - lo) * element_bytes);
+    if (out != nullptr) {
+      read_at(fd, path_of(src.file), element * element_bytes,
+              out + (lo - begin) * static_cast<int64_t>(element_bytes), static_cast<uint64_t>(hi - lo) * element_bytes);
+    }
     covered += hi - lo;
   }
   if (covered != end - begin)

@@ -42,6 +42,9 @@ class CheckpointReader {
   // Elements [begin, end) of saved parameter `param`'s state `kind`, as fp32, into `out`. A file
   // is verified (size and XXH3 checksum) the first time it is read.
   void read(int param, int kind, int64_t begin, int64_t end, float* out);
+  // What read() of that range would check, reading nothing: every file holding part of it is
+  // verified and the range is covered (for loads that must not write before all is known good).
+  void verify(int param, int64_t begin, int64_t end);
   // A 16-bit model's weights as it held them ("BFloat16" or "Half"; empty for an fp32 model),
   // and elements [begin, end) of a parameter's, as raw 16-bit values.
   std::string params16_dtype() const { return manifest_.value("params16", ""); }
@@ -68,7 +71,8 @@ class CheckpointReader {
   void check_digest(const std::string& path, const nlohmann::json& entry) const;
   std::string in_tag(const std::string& file) const;  // DIR/TAG/file
   // Elements [begin, end) of a parameter from the section of every file that starts at
-  // `section` elements of `element_bytes` each, times the file's owned_numel.
+  // `section` elements of `element_bytes` each, times the file's owned_numel; out == nullptr:
+  // the checks only.
   void read_section(int param, uint64_t section, uint64_t element_bytes, int64_t begin, int64_t end, char* out);
   std::string path_of(size_t file) const;
 

@@ -142,6 +142,7 @@ void Engine::gather_bucket(int b) {
 
 void Engine::publish_master() {
   State& s = *state_;
+  if (s.master_is_params) return;  // one partition: nothing to copy, no one to gather from
   // The owned master shards into the parameters, then every rank's shards to every rank.
   const auto& buckets = s.flat->layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -252,13 +253,20 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance});
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
-  std::vector<at::Tensor> shards;
-  for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
-    const int bucket = static_cast<int>(b);
-    shards.push_back(s.stage3 && !s.stage3->is_root(bucket) ? s.stage3->owned(bucket)
-                                                            : s.flat->shard(s.flat->buffer(bucket), bucket, s.owner_rank));
+  if (partitions == 1 && s.flat->dtype() == at::kFloat && s.flat->whole().defined()) {
+    // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
+    // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
+    s.master = s.flat->whole();
+    s.master_is_params = true;
+  } else {
+    std::vector<at::Tensor> shards;
+    for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
+      const int bucket = static_cast<int>(b);
+      shards.push_back(s.stage3 && !s.stage3->is_root(bucket) ? s.stage3->owned(bucket)
+                                                              : s.flat->shard(s.flat->buffer(bucket), bucket, s.owner_rank));
+    }
+    s.master = at::cat(shards).to(at::kFloat);
   }
-  s.master = at::cat(shards).to(at::kFloat);
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
   // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
   optim::ParamFragments fragments;
@@ -401,7 +409,7 @@ MemoryReport Engine::memory_report() const {
   MemoryReport r;
   r.parameters = s.flat->bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
   r.gradients = s.reducer->gradient_bytes();
-  r.master_weights = static_cast<int64_t>(s.master.nbytes());
+  r.master_weights = s.master_is_params ? 0 : static_cast<int64_t>(s.master.nbytes());
   r.optimizer_state = s.optimizer->state_bytes();
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();

@@ -43,9 +43,14 @@ at::Tensor cpu_rng_state() {
 
 // This rank's random state from the checkpoint, when it was saved at this world size (a state per
 // rank has no meaning across another number of ranks: then the current state is kept).
-void restore_cpu_rng_state(const checkpoint::CheckpointReader& reader, int rank, int world_size) {
-  if (reader.manifest().value("world_size", 0) != world_size) return;
-  const std::string bytes = reader.rng_state(rank);
+// This rank's saved generator state (verified), or nothing when the checkpoint has none for it
+// or was saved at another world size (each rank's stream then has no counterpart).
+std::string saved_cpu_rng_state(const checkpoint::CheckpointReader& reader, int rank, int world_size) {
+  if (reader.manifest().value("world_size", 0) != world_size) return "";
+  return reader.rng_state(rank);
+}
+
+void set_cpu_rng_state(const std::string& bytes) {
   if (bytes.empty()) return;
   at::Tensor state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
@@ -202,12 +207,14 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   if (!options.tag.empty()) check_tag(options.tag);
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::string error;
+  std::vector<int> source_of(s.param_names.size(), -1);  // saved parameter of each of ours
+  std::vector<std::pair<int, at::Tensor>> targets;      // (kind index in the files, our tensor)
+  std::string rng;
   try {
     reader = std::make_unique<checkpoint::CheckpointReader>(dir, options.tag);
     checkpoint::CheckpointReader& r = *reader;
     const std::string& manifest_path = r.manifest_path();
     // Parameters by name, both ways.
-    std::vector<int> source_of(s.param_names.size(), -1);
     std::vector<std::string> missing, unexpected;
     std::set<std::string> ours(s.param_names.begin(), s.param_names.end());
     for (size_t i = 0; i < s.param_names.size(); ++i) {
@@ -232,7 +239,6 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       throw Error(manifest_path + ": parameter names differ (strict load)" + list, manifest_path);
     }
     // What to fill: the master weights, and the optimizer state when asked.
-    std::vector<std::pair<int, at::Tensor>> targets;  // (kind index in the files, our tensor)
     auto kind_index = [&](const std::string& name) {
       const int k = r.kind(name);
       if (k < 0)
@@ -245,13 +251,26 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     if (!options.load_module_only && options.load_optimizer_states) {
       for (const auto& [name, tensor] : s.optimizer->state()) targets.emplace_back(kind_index(name), tensor);
     }
+    // Nothing is written before every rank has checked every file it will read: a damaged
+    // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
+    for (size_t i = 0; i < s.param_names.size(); ++i) {
+      auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
+      if (mine && source_of[i] >= 0) r.verify(source_of[i], mine->param_begin, mine->param_end);
+    }
+    if (!options.load_module_only) rng = saved_cpu_rng_state(r, rank, s.world.size());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  engine::agree(s.comm, error, rank, "load_checkpoint");
+  try {  // what was verified; only an I/O error from here on
     for (size_t i = 0; i < s.param_names.size(); ++i) {
       auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
       if (!mine || source_of[i] < 0) continue;
       for (const auto& [kind, tensor] : targets)
-        r.read(source_of[i], kind, mine->param_begin, mine->param_end, tensor.data_ptr<float>() + mine->owned_offset);
+        reader->read(source_of[i], kind, mine->param_begin, mine->param_end,
+                     tensor.data_ptr<float>() + mine->owned_offset);
     }
-    if (!options.load_module_only) restore_cpu_rng_state(r, rank, s.world.size());
+    set_cpu_rng_state(rng);
   } catch (const std::exception& e) {
     error = e.what();
   }

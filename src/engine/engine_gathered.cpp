@@ -39,7 +39,7 @@ Engine::GatheredParameters::~GatheredParameters() {
       const at::Tensor& buffer = s.flat->buffer(b);
       s.comm.broadcast(buffer, modifier_rank_, {.async = false});
       const at::Tensor shard = s.flat->shard(buffer, b, s.owner_rank);
-      s.master.narrow(0, buckets[i].owned_offset, buckets[i].shard).copy_(shard);
+      if (!s.master_is_params) s.master.narrow(0, buckets[i].owned_offset, buckets[i].shard).copy_(shard);
       if (s.stage3 && !s.stage3->is_root(b)) s.stage3->owned(b).copy_(shard);
     }
   }

@@ -27,6 +27,7 @@ struct Engine::State {
   std::unique_ptr<engine::GradReducer> reducer;
   std::unique_ptr<engine::Stage3> stage3;  // stage 3 only; destroyed first (it detaches the units)
   at::Tensor master;                       // fp32, the owned shards of every bucket, bucket after bucket
+  bool master_is_params = false;           // fp32 model, one partition: master is flat->whole()
   std::unique_ptr<optim::FlatOptimizer> optimizer;
   LrSchedule schedule;
   LossScaler scaler;

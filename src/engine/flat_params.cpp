@@ -58,6 +58,9 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
       dtype_(params_[0].scalar_type()),
       released_(layout_.buckets().size(), false) {
   at::NoGradGuard no_grad;
+  // Without groups no bucket is ever released on its own: all share one allocation, back to back.
+  if (groups.empty()) whole_ = at::zeros({layout_.padded_numel()}, at::TensorOptions().dtype(dtype_));
+  int64_t start = 0;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     const layout::Bucket& bucket = layout_.buckets()[b];
     const size_t group = groups.empty() ? 0 : static_cast<size_t>(groups[static_cast<size_t>(bucket.params.front())]);
@@ -65,9 +68,12 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
       check_adopted(adopted[group], static_cast<int>(b));
       buffers_.push_back(adopted[group]);
       released_[b] = true;
+    } else if (whole_.defined()) {
+      buffers_.push_back(whole_.narrow(0, start, bucket.padded));
     } else {
       buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
     }
+    start += bucket.padded;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i];
@@ -114,6 +120,7 @@ int64_t FlatParams::bytes() const {
 // Through the storage, never by swapping tensors: autograd holds the parameters (and saved views
 // of them), which must keep their identity and see the bytes when they come back.
 void FlatParams::release(int b) {
+  if (whole_.defined()) throw Error("internal: a bucket of a model laid out without units was released", "stage3");
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
   storage->set_nbytes(0);

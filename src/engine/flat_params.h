@@ -33,6 +33,9 @@ class FlatParams {
   const at::Tensor& buffer(int b) const { return buffers_[static_cast<size_t>(b)]; }
   at::Tensor shard(const at::Tensor& bucket_buffer, int b, int rank) const;
   int64_t bytes() const;  // all buffers not released
+  // Without groups (stages 0-2): one tensor holding every bucket buffer back to back, in bucket
+  // order (so with one partition it is exactly a rank's owned buffer); undefined with groups.
+  const at::Tensor& whole() const { return whole_; }
 
   // Stage 3: frees bucket b's bytes (the parameter tensors stay, pointing at no memory), and
   // allocates them again (contents undefined until written, e.g. by an all-gather).
@@ -48,6 +51,7 @@ class FlatParams {
   std::vector<at::Tensor> params_;
   layout::BucketLayout layout_;
   at::ScalarType dtype_;
+  at::Tensor whole_;
   std::vector<at::Tensor> buffers_;
   std::vector<bool> released_;
   void check_adopted(const at::Tensor& buffer, int b) const;

@@ -150,6 +150,40 @@ TEST(EngineCheckpoint, LoadsAtAnotherWorldSizeAndStage) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5 * expected[i]) << "into stage 2";
 }
 
+TEST(EngineCheckpoint, AFailedLoadChangesNothingOnAnyRank) {
+  // The last rank's random-state file is damaged. Every rank checks all it will read before any
+  // rank writes: no engine's weights, master or optimizer state move (at stage 0 the fp32
+  // master is the parameters themselves), and training goes on as if no load had been tried.
+  const int last = test_world().size() - 1;
+  for (int stage : {0, 1}) {
+    JobDir dir("failed_load" + std::to_string(stage));
+    Session saved(config(stage), test_world());
+    saved.run(0, 2);
+    saved.engine->save_checkpoint(dir.path.string(), "saved");
+    test_world().communicator().barrier({.async = false});
+    if (test_world().rank() == 0) {
+      std::fstream f(dir.path / "saved" / ("rank" + std::to_string(last) + ".rng"),
+                     std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(3);
+      f.put('\x7f');
+    }
+    test_world().communicator().barrier({.async = false});
+    Session live(config(stage), test_world(), 7), untouched(config(stage), test_world(), 7);
+    live.run(0, 1);
+    const std::vector<double> expected = untouched.run(0, 3);
+    std::vector<at::Tensor> before;
+    for (const auto& p : live.model->parameters()) before.push_back(p.detach().clone());
+    const std::string e = error_of([&] { live.engine->load_checkpoint(dir.path.string()); });
+    EXPECT_NE(e.find(test_world().rank() == last ? ".rng: checksum mismatch" : "failed on rank " + std::to_string(last)),
+              std::string::npos)
+        << e;
+    for (size_t i = 0; i < before.size(); ++i)
+      EXPECT_TRUE(live.model->parameters()[i].equal(before[i])) << "stage " << stage << " parameter " << i;
+    const std::vector<double> got = live.run(1, 3);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expected[i + 1]) << "stage " << stage << " step " << i + 1;
+  }
+}
+
 TEST(EngineCheckpoint, DamagedFilesAndNamesAreClearErrors) {
   if (test_world().rank() != 0) return;  // one process, its own files
   zero::World single = zero::World::single_process();
