@@ -117,6 +117,25 @@ def fp32_allreduce_hook(state, bucket):
     return future.then(narrow)
 
 
+def allow_dataclass_instance_defaults():
+    """PyTorch 1.13's sharded-tensor metadata gives a dataclass field a dataclass instance as its
+    default, which Python 3.11 rejects ("mutable default ... use default_factory"), so importing
+    torch.distributed.fsdp fails on Debian 12. Turn such defaults into default_factory copies (what
+    PyTorch 2.0 itself changed to), so that FSDP gets as far as it can here."""
+    import copy
+    import dataclasses
+    original = dataclasses._get_field
+
+    def get_field(cls, name, type_, *args):
+        default = cls.__dict__.get(name, dataclasses.MISSING)
+        value = default.default if isinstance(default, dataclasses.Field) else default
+        if value is not dataclasses.MISSING and dataclasses.is_dataclass(value) and type(value).__hash__ is None:
+            setattr(cls, name, dataclasses.field(default_factory=lambda v=value: copy.deepcopy(v)))
+        return original(cls, name, type_, *args)
+
+    dataclasses._get_field = get_field
+
+
 def main():
     a = argparse.ArgumentParser()
     a.add_argument("--mode", required=True, choices=["single", "ddp", "zero1", "fsdp_full", "fsdp_grad_op"])
@@ -155,7 +174,8 @@ def main():
         if o.dtype == "bf16":  # gloo cannot reduce bf16 ("Invalid scalar type"): in fp32, as zerocpp accumulates
             model.register_comm_hook(None, fp32_allreduce_hook)
     elif o.mode.startswith("fsdp"):
-        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy  # fails on Python 3.11
+        allow_dataclass_instance_defaults()
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
         strategy = ShardingStrategy.FULL_SHARD if o.mode == "fsdp_full" else ShardingStrategy.SHARD_GRAD_OP
         model = FullyShardedDataParallel(model, sharding_strategy=strategy)
     params = list(model.parameters())
