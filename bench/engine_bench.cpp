@@ -3,10 +3,10 @@
 //
 //   zero-run -n 2 build/bench/bench_engine [--steps N] [--channels C] [--layers L]
 // Prints one table row per stage (rank 0). Ratios are measured in the same process.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <torch/torch.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -75,18 +75,23 @@ int main(int argc, char** argv) {
   };
   for (int s = 0; s < warmup + steps; ++s) plain_step();
   if (world.rank() == 0) {
-    fmt::print("# bench_engine: {} rank(s), {} parameters (C={}, L={}, T={}), micro-batch {} per rank, 1 thread per rank\n",
-               n, params, o.channels, o.layers, o.max_seq, micro);
-    fmt::print("# plain LibTorch on one rank's micro-batch: forward+backward {:.2f} ms; torch::optim::AdamW step {:.2f} ms; "
-               "zerocpp's flat AdamW over all {} elements {:.2f} ms\n",
-               median(forward_backward) * 1e3, median(torch_adam) * 1e3, params, median(flat_adam) * 1e3);
-    fmt::print("# rest = step - plain forward/backward - flat AdamW over this rank's share (1/N at stages 1-3), the "
-               "plain step run just before each engine step: hooks, bucketing, copies, norm, communication\n");
-    fmt::print("# MPI = time inside the engine's collectives per step (blocking: overlap_comm and stage-3 prefetch off); "
-               "engine overhead = rest - MPI; all medians over steps of the per-step values\n");
-    fmt::print("| ranks | stage | step ms (median) | vs stage {} | plain f+b ms | rest ms | MPI ms | engine overhead ms | "
-               "overhead / step | model state B/rank |\n",
-               stages.front());
+    fmt::print(
+        "# bench_engine: {} rank(s), {} parameters (C={}, L={}, T={}), micro-batch {} per rank, 1 thread per rank\n", n,
+        params, o.channels, o.layers, o.max_seq, micro);
+    fmt::print(
+        "# plain LibTorch on one rank's micro-batch: forward+backward {:.2f} ms; torch::optim::AdamW step {:.2f} ms; "
+        "zerocpp's flat AdamW over all {} elements {:.2f} ms\n",
+        median(forward_backward) * 1e3, median(torch_adam) * 1e3, params, median(flat_adam) * 1e3);
+    fmt::print(
+        "# rest = step - plain forward/backward - flat AdamW over this rank's share (1/N at stages 1-3), the "
+        "plain step run just before each engine step: hooks, bucketing, copies, norm, communication\n");
+    fmt::print(
+        "# MPI = time inside the engine's collectives per step (blocking: overlap_comm and stage-3 prefetch off); "
+        "engine overhead = rest - MPI; all medians over steps of the per-step values\n");
+    fmt::print(
+        "| ranks | stage | step ms (median) | vs stage {} | plain f+b ms | rest ms | MPI ms | engine overhead ms | "
+        "overhead / step | model state B/rank |\n",
+        stages.front());
     fmt::print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   double stage0 = 0;
@@ -130,8 +135,8 @@ int main(int argc, char** argv) {
                  overhead = median(overheads);
     if (stage0 == 0) stage0 = t;
     if (world.rank() == 0) {
-      fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} % | {} |\n", n, stage, t * 1e3,
-                 t / stage0, fb * 1e3, rest * 1e3, mpi * 1e3, overhead * 1e3, 100.0 * overhead / t,
+      fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} % | {} |\n", n, stage,
+                 t * 1e3, t / stage0, fb * 1e3, rest * 1e3, mpi * 1e3, overhead * 1e3, 100.0 * overhead / t,
                  engine.memory_report().total());
     }
   }

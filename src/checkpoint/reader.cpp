@@ -49,7 +49,8 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& ta
     sources_.resize(names_.size());
     const auto& files = manifest_.at("files");
     for (size_t f = 0; f < files.size(); ++f) {
-      for (const auto& fr : files[f].at("fragments")) sources_.at(fr.at(0).get<size_t>()).push_back({f, fr.at(1), fr.at(2), fr.at(3)});
+      for (const auto& fr : files[f].at("fragments"))
+        sources_.at(fr.at(0).get<size_t>()).push_back({f, fr.at(1), fr.at(2), fr.at(3)});
     }
     fds_.assign(files.size(), -1);
   } catch (const nlohmann::json::exception& e) {
@@ -92,7 +93,8 @@ std::string CheckpointReader::path_of(size_t file) const {
 std::vector<CheckpointReader::FileInfo> CheckpointReader::files() const {
   std::vector<FileInfo> out;
   for (const char* list : {"files", "rng_states"}) {
-    for (const auto& f : manifest_.value(list, nlohmann::json::array())) out.push_back({f["file"], f["bytes"], f["xxh3"]});
+    for (const auto& f : manifest_.value(list, nlohmann::json::array()))
+      out.push_back({f["file"], f["bytes"], f["xxh3"]});
   }
   return out;
 }
@@ -158,8 +160,8 @@ void CheckpointReader::read_section(int param, uint64_t section, uint64_t elemen
     const auto owned = manifest_["files"][src.file].at("owned_numel").get<uint64_t>();
     const uint64_t element = section * owned + static_cast<uint64_t>(src.offset + (lo - src.begin));
     if (out != nullptr) {
-      read_at(fd, path_of(src.file), element * element_bytes,
-              out + (lo - begin) * static_cast<int64_t>(element_bytes), static_cast<uint64_t>(hi - lo) * element_bytes);
+      read_at(fd, path_of(src.file), element * element_bytes, out + (lo - begin) * static_cast<int64_t>(element_bytes),
+              static_cast<uint64_t>(hi - lo) * element_bytes);
     }
     covered += hi - lo;
   }

@@ -69,6 +69,13 @@ nlohmann::json parse_relaxed_json(std::string_view text, const std::string& orig
   std::vector<std::set<std::string>> seen;
   std::vector<std::string> path;  // key of each open object, for the message
   std::string duplicate;
+  auto key_path = [&] {  // of the value being parsed: "zero_optimization.stage"
+    std::string where;
+    for (const auto& key : path) {
+      if (!key.empty()) where += (where.empty() ? "" : ".") + key;
+    }
+    return where;
+  };
   auto on_event = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using E = nlohmann::json::parse_event_t;
     switch (event) {
@@ -84,14 +91,8 @@ nlohmann::json parse_relaxed_json(std::string_view text, const std::string& orig
         break;
       case E::key: {
         const auto& key = parsed.get_ref<const std::string&>();
-        if (!seen.empty() && !seen.back().insert(key).second && duplicate.empty()) {
-          std::string where;
-          for (size_t d = 0; d + 1 < path.size(); ++d) {
-            if (!path[d].empty()) where += (where.empty() ? "" : ".") + path[d];
-          }
-          duplicate = (where.empty() ? "" : where + ".") + key;
-        }
         if (!path.empty()) path.back() = key;
+        if (!seen.empty() && !seen.back().insert(key).second && duplicate.empty()) duplicate = key_path();
         break;
       }
       default:
@@ -108,6 +109,12 @@ nlohmann::json parse_relaxed_json(std::string_view text, const std::string& orig
     auto colon = what.find("parse error");
     std::string detail = colon == std::string::npos ? what : what.substr(colon);
     throw ConfigError(origin, {"invalid JSON at " + line_and_column(cleaned, e.byte ? e.byte - 1 : 0) + ": " + detail});
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range ("number overflow parsing '3e400'"): no byte offset is given,
+    // the key being parsed names the place.
+    std::string what = e.what();
+    auto start = what.find("number overflow");
+    throw ConfigError(origin, {key_path() + ": " + (start == std::string::npos ? what : what.substr(start))});
   }
   if (!duplicate.empty()) throw ConfigError(origin, {duplicate + ": duplicate key"});
   return result;

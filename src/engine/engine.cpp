@@ -346,7 +346,8 @@ void Engine::step() {
     }
   }
   // Global L2 norm of the (still loss-scaled, summed over ranks) gradients; padding elements are
-  // zero and add nothing. Partitioned, each rank holds a share of the squares; at stage 0 every rank holds them all.
+  // zero and add nothing. Partitioned, each rank holds a share of the squares; at stage 0 every
+  // rank holds them all.
   double sum_of_squares = 0;
   for (const optim::Tile t : tiles) sum_of_squares += grads.narrow(0, t.offset, t.length).pow(2).sum(at::kDouble).item<double>();
   at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);

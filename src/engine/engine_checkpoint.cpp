@@ -41,8 +41,6 @@ at::Tensor cpu_rng_state() {
   return generator.get_state();
 }
 
-// This rank's random state from the checkpoint, when it was saved at this world size (a state per
-// rank has no meaning across another number of ranks: then the current state is kept).
 // This rank's saved generator state (verified), or nothing when the checkpoint has none for it
 // or was saved at another world size (each rank's stream then has no counterpart).
 std::string saved_cpu_rng_state(const checkpoint::CheckpointReader& reader, int rank, int world_size) {

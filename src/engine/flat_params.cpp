@@ -95,9 +95,10 @@ void FlatParams::check_adopted(const at::Tensor& buffer, int b) const {
            param.storage_offset() - buffer.storage_offset() == layout_.slot(p).offset;
   }
   if (!same) {
-    throw Error("a unit built under zero::Init has another layout than the engine's (another world size, dtype or "
-                "persistence threshold?): build the model with the engine's config and world",
-                "zero::Init");
+    throw Error(
+        "a unit built under zero::Init has another layout than the engine's (another world size, dtype or "
+        "persistence threshold?): build the model with the engine's config and world",
+        "zero::Init");
   }
 }
 

@@ -87,8 +87,8 @@ class GradReducer {
   std::optional<at::ScalarType> wire_dtype_;
   bool reduce_scatter_;
   bool reducing_ = false;
-  std::vector<at::Tensor> grad_buffers_;        // stages 0/1: whole buckets, model dtype
-  at::Tensor accumulator_;                      // stage 2: owned shards, fp32
+  std::vector<at::Tensor> grad_buffers_;  // stages 0/1: whole buckets, model dtype
+  at::Tensor accumulator_;                // stage 2: owned shards, fp32
   // stage 2: zero() was called and no reduction has landed since: the accumulator's contents are
   // garbage that the next reducing micro-step overwrites (first_since_zero_: this one does).
   bool accumulator_stale_ = false, first_since_zero_ = false;

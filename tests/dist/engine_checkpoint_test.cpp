@@ -8,15 +8,15 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tests/dist/dist_test_world.h"
-#include "tests/dist/engine_test_util.h"
-#include "zero/engine.h"
 #include "checkpoint/consolidate.h"
 #include "checkpoint/reader.h"
+#include "models/tiny/tiny_transformer.h"
+#include "tests/dist/dist_test_world.h"
+#include "tests/dist/engine_test_util.h"
 #include "tests/safetensors_read.h"
+#include "zero/engine.h"
 #include "zero/error.h"
 #include "zero/init.h"
-#include "models/tiny/tiny_transformer.h"
 
 using engine_test::Mlp;
 namespace fs = std::filesystem;
@@ -174,13 +174,15 @@ TEST(EngineCheckpoint, AFailedLoadChangesNothingOnAnyRank) {
     std::vector<at::Tensor> before;
     for (const auto& p : live.model->parameters()) before.push_back(p.detach().clone());
     const std::string e = error_of([&] { live.engine->load_checkpoint(dir.path.string()); });
-    EXPECT_NE(e.find(test_world().rank() == last ? ".rng: checksum mismatch" : "failed on rank " + std::to_string(last)),
-              std::string::npos)
+    EXPECT_NE(
+        e.find(test_world().rank() == last ? ".rng: checksum mismatch" : "failed on rank " + std::to_string(last)),
+        std::string::npos)
         << e;
     for (size_t i = 0; i < before.size(); ++i)
       EXPECT_TRUE(live.model->parameters()[i].equal(before[i])) << "stage " << stage << " parameter " << i;
     const std::vector<double> got = live.run(1, 3);
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expected[i + 1]) << "stage " << stage << " step " << i + 1;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], expected[i + 1]) << "stage " << stage << " step " << i + 1;
   }
 }
 
@@ -259,7 +261,8 @@ struct UnitSession {
   zero::Config cfg;
   UnitSession(int stage, zero::World& w, uint64_t seed) : world(w) {
     cfg = zero::Config::parse(R"({"train_batch_size": 24, "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": )" + std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0},
+        "zero_optimization": {"stage": )" +
+                              std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0},
         "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}}})");
     cfg.resolve({.world_size = w.size()});
     zero::Init init(cfg, w);  // stage 3: built partitioned
@@ -275,8 +278,8 @@ struct UnitSession {
     const int64_t micro = cfg.train_micro_batch_size_per_gpu, first = world.rank() * micro;
     for (int step = from; step < to; ++step) {
       auto [tokens, targets] = zero::models::tiny_batch(24, options(), 100 + step);
-      at::Tensor loss = engine->forward(
-          [&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
+      at::Tensor loss =
+          engine->forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
       engine->backward(loss);
       engine->step();
       at::Tensor mean = loss.detach().to(torch::kDouble).reshape({1});
@@ -358,8 +361,7 @@ TEST(EngineCheckpoint, ConsolidateWritesSafetensorsByTheSpec) {
       const auto begin = entry.at("data_offsets").at(0).get<uint64_t>(),
                  end = entry.at("data_offsets").at(1).get<uint64_t>();
       ASSERT_EQ(end - begin, static_cast<uint64_t>(expected.nbytes())) << item.key();
-      const at::Tensor saved =
-          torch::from_blob(const_cast<char*>(file.data.data() + begin), expected.sizes(), scalar);
+      const at::Tensor saved = torch::from_blob(const_cast<char*>(file.data.data() + begin), expected.sizes(), scalar);
       EXPECT_TRUE(saved.equal(expected)) << name << " " << item.key() << ": not the trained weights, rounded";
     }
   }

@@ -52,3 +52,15 @@ TEST(RelaxedJson, SyntaxErrorGivesLineAndColumn) {
     EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos);
   }
 }
+
+TEST(RelaxedJson, ANumberBeyondDoubleNamesItsKey) {
+  // Found by the config fuzzer: nlohmann throws out_of_range (not parse_error) here.
+  try {
+    parse_relaxed_json(R"({"optimizer": {"params": {"lr": 3e400}}})", "big.json");
+    FAIL() << "3e400 accepted";
+  } catch (const zero::ConfigError& e) {
+    EXPECT_EQ(e.origin(), "big.json");
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_EQ(e.problems()[0], "optimizer.params.lr: number overflow parsing '3e400'");
+  }
+}
