@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "zero/error.h"
 
 using zero::config_detail::blank_trailing_commas;
@@ -27,15 +30,24 @@ TEST(RelaxedJson, BlankingKeepsOffsets) {
   EXPECT_EQ(out, R"({"a": [1 ], "s": "q\",]"})");
 }
 
-TEST(RelaxedJson, DuplicateKeyNamesThePath) {
+namespace {
+
+// The problems of the ConfigError that parsing `text` (from "t.json") throws; none if accepted.
+std::vector<std::string> problems_of(const std::string& text) {
   try {
-    parse_relaxed_json(R"({"zero_optimization": {"stage": 1, "stage": 2}})", "dup.json");
-    FAIL() << "duplicate accepted";
+    parse_relaxed_json(text, "t.json");
   } catch (const zero::ConfigError& e) {
-    EXPECT_EQ(e.origin(), "dup.json");
-    ASSERT_EQ(e.problems().size(), 1u);
-    EXPECT_EQ(e.problems()[0], "zero_optimization.stage: duplicate key");
+    EXPECT_EQ(e.origin(), "t.json");
+    return e.problems();
   }
+  return {};
+}
+
+}  // namespace
+
+TEST(RelaxedJson, DuplicateKeyNamesThePath) {
+  EXPECT_EQ(problems_of(R"({"zero_optimization": {"stage": 1, "stage": 2}})"),
+            std::vector<std::string>{"zero_optimization.stage: duplicate key"});
 }
 
 TEST(RelaxedJson, SameKeyInSiblingObjectsIsFine) {
@@ -55,12 +67,6 @@ TEST(RelaxedJson, SyntaxErrorGivesLineAndColumn) {
 
 TEST(RelaxedJson, ANumberBeyondDoubleNamesItsKey) {
   // Found by the config fuzzer: nlohmann throws out_of_range (not parse_error) here.
-  try {
-    parse_relaxed_json(R"({"optimizer": {"params": {"lr": 3e400}}})", "big.json");
-    FAIL() << "3e400 accepted";
-  } catch (const zero::ConfigError& e) {
-    EXPECT_EQ(e.origin(), "big.json");
-    ASSERT_EQ(e.problems().size(), 1u);
-    EXPECT_EQ(e.problems()[0], "optimizer.params.lr: number overflow parsing '3e400'");
-  }
+  EXPECT_EQ(problems_of(R"({"optimizer": {"params": {"lr": 3e400}}})"),
+            std::vector<std::string>{"optimizer.params.lr: number overflow parsing '3e400'"});
 }
