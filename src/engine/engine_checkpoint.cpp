@@ -207,6 +207,11 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   std::string error;
   std::vector<int> source_of(s.param_names.size(), -1);  // saved parameter of each of ours
   std::vector<std::pair<int, at::Tensor>> targets;      // (kind index in the files, our tensor)
+  struct Read {
+    int saved;  // parameter index in the checkpoint
+    layout::Fragment mine;
+  };
+  std::vector<Read> reads;  // every range this rank fills, checked before any is written
   std::string rng;
   try {
     reader = std::make_unique<checkpoint::CheckpointReader>(dir, options.tag);
@@ -253,7 +258,9 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
     for (size_t i = 0; i < s.param_names.size(); ++i) {
       auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
-      if (mine && source_of[i] >= 0) r.verify(source_of[i], mine->param_begin, mine->param_end);
+      if (!mine || source_of[i] < 0) continue;
+      r.verify(source_of[i], mine->param_begin, mine->param_end);
+      reads.push_back({source_of[i], *mine});
     }
     if (!options.load_module_only) rng = saved_cpu_rng_state(r, rank, s.world.size());
   } catch (const std::exception& e) {
@@ -261,12 +268,10 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   }
   engine::agree(s.comm, error, rank, "load_checkpoint");
   try {  // what was verified; only an I/O error from here on
-    for (size_t i = 0; i < s.param_names.size(); ++i) {
-      auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
-      if (!mine || source_of[i] < 0) continue;
+    for (const Read& read : reads) {
       for (const auto& [kind, tensor] : targets)
-        reader->read(source_of[i], kind, mine->param_begin, mine->param_end,
-                     tensor.data_ptr<float>() + mine->owned_offset);
+        reader->read(read.saved, kind, read.mine.param_begin, read.mine.param_end,
+                     tensor.data_ptr<float>() + read.mine.owned_offset);
     }
     set_cpu_rng_state(rng);
   } catch (const std::exception& e) {
