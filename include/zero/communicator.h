@@ -63,7 +63,8 @@ struct CommunicatorOptions {
   // OpenMPI 4.1's shared-memory reductions drop from ~4 GB/s to ~0.5 GB/s from a few MB on, and
   // 1 MiB pieces keep them at full speed (docs/PERFORMANCE.md). 0 never splits.
   int64_t reduction_piece_bytes = 1 << 20;
-  // Pieces of one asynchronous collective in flight at once.
+  // Pieces of asynchronous collectives in flight at once on the communicator (all collectives
+  // together: their pieces start in call order, see src/comm/piece_queue.h).
   int pieces_in_flight = 2;
 };
 

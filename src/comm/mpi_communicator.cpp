@@ -81,11 +81,13 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  queue_ = std::make_shared<PieceQueue>(static_cast<size_t>(std::max(options_.pieces_in_flight, 1)), rank_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  queue_.reset();  // waits for the pieces in flight (unless a Work still holds the queue)
   if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
 }
 
@@ -113,6 +115,7 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
     both[i] = mine[i];
     both[i + 5] = -mine[i];
   }
+  queue_->start_all();  // a blocking collective comes after every one already called
   check(MPI_Allreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_), "consistency check");
   std::string name = to_string(op);
   if (local_error) std::rethrow_exception(local_error);
@@ -148,11 +151,11 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
 std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const CollectiveOptions& options,
                                               std::vector<MpiPiece> pieces, std::vector<at::Tensor> keep_alive) {
   if (!options.async) {
+    queue_->start_all();  // a blocking collective comes after every one already called
     check(run_pieces(pieces), what);
     return std::make_shared<CompletedWork>();
   }
-  return std::make_shared<MpiWork>(std::move(pieces), static_cast<size_t>(options_.pieces_in_flight), what, rank_,
-                                   std::move(keep_alive));
+  return std::make_shared<QueuedWork>(queue_, queue_->submit(what, std::move(pieces), std::move(keep_alive)), rank_);
 }
 
 std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const CollectiveOptions& options,
@@ -161,6 +164,7 @@ std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const Collective
   std::vector<MpiPiece> pieces(1);
   pieces[0].start = std::move(start);
   pieces[0].run = std::move(run);
+  pieces[0].buffers = [keep_alive] { return keep_alive; };
   return launch(what, options, std::move(pieces), std::move(keep_alive));
 }
 
@@ -203,6 +207,7 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, Redu
       divide_for_average(*buffer, op, size);
       if (staged) slice.copy_(*buffer);
     };
+    piece.buffers = [buffer] { return std::vector<at::Tensor>{*buffer}; };
     pieces.push_back(std::move(piece));
   }
   return launch("all_reduce", options, std::move(pieces), {tensor});
@@ -253,6 +258,7 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, c
       divide_for_average(*receive, op, size);
       if (separate_receive) target.copy_(*receive);
     };
+    piece.buffers = [send, receive] { return std::vector<at::Tensor>{*send, *receive}; };
     pieces.push_back(std::move(piece));
   }
   if (pieces.size() > 1 && !options.async) {
@@ -337,6 +343,7 @@ std::shared_ptr<Work> MpiCommunicator::barrier(const CollectiveOptions& options)
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MPI_Comm child = MPI_COMM_NULL;
+  queue_->start_all();
   check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "split");
   if (child == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiCommunicator>(child, options_);

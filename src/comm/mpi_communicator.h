@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/mpi_work.h"
+#include "comm/piece_queue.h"
 #include "comm/staging_pool.h"
 #include "zero/communicator.h"
 
@@ -55,6 +56,8 @@ class MpiCommunicator : public Communicator {
   CommunicatorOptions options_;
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
   int rank_ = 0, size_ = 1;
+  // Every non-blocking piece on comm_, in call order (see piece_queue.h for why one queue).
+  std::shared_ptr<PieceQueue> queue_;
 };
 
 }  // namespace zero::comm_detail

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "comm/staging_pool.h"
+#include "util/debug_buffers.h"
 #include "dist_test_world.h"
 #include "zero/comm_stats.h"
 #include "zero/error.h"
@@ -158,6 +159,55 @@ TEST(Collectives, ReductionsSplitIntoPieces) {
   while (!work->test()) {
   }
   EXPECT_TRUE(t.equal(reference_reduce(size, 1001, at::kFloat, ReduceOp::kMax)));
+}
+
+TEST(Collectives, ManyPieceCollectivesInFlightStartInCallOrderOnEveryRank) {
+  // Issue 13: each collective used to start its own later pieces as its earlier ones finished,
+  // so two collectives in flight interleaved by each rank's timing and MPI matched one rank's
+  // piece of A with another's piece of B (MPI_ERR_TRUNCATE, heap corruption, or silently mixed
+  // sums). Here the ranks progress differently on purpose: even ranks finish A before calling
+  // B, C and D; odd ranks call all four at once, D blocking while A's pieces are still queued.
+  zero::World pieces_world = zero::World::from_environment({.reduction_piece_bytes = 64, .pieces_in_flight = 2});
+  zero::Communicator& pc = pieces_world.communicator();
+  const int rank = pc.rank(), size = pc.size();
+  const int64_t chunk_a = 83, chunk_b = 41, n_c = 57, n_d = 5;
+  at::Tensor in_a = contribution(rank, chunk_a * size, at::kFloat), out_a = torch::empty({chunk_a});
+  at::Tensor in_b = contribution(rank, chunk_b * size, at::kBFloat16), out_b = torch::empty({chunk_b}, at::kBFloat16);
+  at::Tensor in_c = contribution(rank, n_c, at::kFloat), out_c = torch::empty({n_c * size});
+  at::Tensor d = contribution(rank, n_d, at::kFloat, 3);
+  auto a = pc.reduce_scatter(in_a, out_a, ReduceOp::kSum);
+  if (rank % 2 == 0) a->wait();
+  auto b = pc.reduce_scatter(in_b, out_b, ReduceOp::kSum);
+  auto c = pc.all_gather(in_c, out_c);
+  pc.all_reduce(d, ReduceOp::kSum, {.async = false});
+  c->wait();
+  b->wait();
+  a->wait();
+  EXPECT_TRUE(out_a.equal(reference_reduce(size, chunk_a * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk_a, chunk_a)));
+  EXPECT_TRUE(
+      out_b.equal(reference_reduce(size, chunk_b * size, at::kBFloat16, ReduceOp::kSum).narrow(0, rank * chunk_b, chunk_b)));
+  for (int r = 0; r < size; ++r) EXPECT_TRUE(out_c.narrow(0, r * n_c, n_c).equal(contribution(r, n_c, at::kFloat)));
+  EXPECT_TRUE(d.equal(reference_reduce(size, n_d, at::kFloat, ReduceOp::kSum, 3)));
+}
+
+TEST(Collectives, DebugBuffersNamesMemoryReleasedWhileInFlight) {
+  // ZERO_DEBUG_BUFFERS=1 (the sanitizer run sets it): a piece whose buffer was released or moved
+  // before it completed fails its collective instead of writing into freed memory unnoticed.
+  if (!zero::debug_buffers()) GTEST_SKIP() << "ZERO_DEBUG_BUFFERS is not set";
+  if (comm().backend() != "mpi") GTEST_SKIP() << "the local backend completes at once";
+  const int rank = comm().rank(), size = comm().size();
+  at::Tensor input = contribution(rank, 1000, at::kFloat), output = torch::empty({1000 * size});
+  auto work = comm().all_gather(input, output);
+  // What stage 3's release does to a unit's storage; the old bytes stay allocated here, so the
+  // collective still lands in valid memory and only the check can tell.
+  c10::DataPtr old = output.storage().unsafeGetStorageImpl()->set_data_ptr(
+      c10::GetAllocator(c10::DeviceType::CPU)->allocate(output.nbytes()));
+  try {
+    work->wait();
+    ADD_FAILURE() << "the moved buffer was not reported";
+  } catch (const zero::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("released or moved while MPI still used it"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Collectives, LargeReductionsInBothModes) {
