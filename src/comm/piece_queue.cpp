@@ -22,7 +22,7 @@ std::string check_alive(const MpiPiece& piece, const std::vector<const void*>& s
   const auto now = piece.buffers();
   for (size_t i = 0; i < now.size() && i < started_at.size(); ++i) {
     const at::Tensor& t = now[i];
-    if (!t.defined()) continue;
+    if (!t.defined() || t.numel() == 0) continue;  // an empty chunk has no memory to lose
     const auto needed = static_cast<size_t>((t.storage_offset() + t.numel()) * t.element_size());
     if (t.storage().data() == nullptr || t.storage().nbytes() < needed || t.data_ptr() != started_at[i]) {
       return fmt::format("buffer {} of the collective was released or moved while MPI still used it", i);

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "util/debug_buffers.h"
+
 namespace zero::comm_detail {
 
 at::Tensor StagingPool::acquire(int64_t numel, at::ScalarType dtype) {
@@ -36,6 +38,7 @@ at::Tensor StagingPool::acquire(int64_t numel, at::ScalarType dtype) {
 }
 
 void StagingPool::release(at::Tensor raw) {
+  poison_if_debugging(raw);
   std::lock_guard<std::mutex> lock(mutex_);
   free_.push_back(std::move(raw));
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 
+#include "util/debug_buffers.h"
 #include "zero/error.h"
 
 namespace zero::engine {
@@ -122,6 +123,7 @@ int64_t FlatParams::bytes() const {
 // of them), which must keep their identity and see the bytes when they come back.
 void FlatParams::release(int b) {
   if (whole_.defined()) throw Error("internal: a bucket of a model laid out without units was released", "stage3");
+  poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // a stale reader of these bytes sees NaN
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
   storage->set_nbytes(0);
@@ -134,6 +136,7 @@ void FlatParams::materialize(int b) {
   storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
   storage->set_nbytes(bytes);
   released_[static_cast<size_t>(b)] = false;
+  poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // what the gather does not write stays NaN
 }
 
 }  // namespace zero::engine

@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "util/debug_buffers.h"
+
 namespace zero::engine {
 namespace {
 
@@ -181,6 +183,7 @@ void GradReducer::launch(int b) {
     const bool direct = first_since_zero_ && reduce_scatter_ && wire.scalar_type() == at::kFloat;
     finish = [this, b, wire, shard, accumulated, direct, first = first_since_zero_] {
       if (!direct) first ? accumulated.copy_(shard) : accumulated.add_(shard);
+      poison_if_debugging(staged_pool_buffer_[static_cast<size_t>(b)]);
       pool_.push_back(std::move(staged_pool_buffer_[static_cast<size_t>(b)]));
       staged_pool_buffer_[static_cast<size_t>(b)] = at::Tensor();
       staged_[static_cast<size_t>(b)] = at::Tensor();
