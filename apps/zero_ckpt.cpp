@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
                r.tensors, r.elements, r.largest_tensor, peak_rss_kib());
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "zero-ckpt: error: {}\n", e.what());
+    fmt::print(stderr, "zero-ckpt: error: {}\n", zero::first_line(e));
     return 1;
   }
 }

@@ -58,5 +58,8 @@ int main(int argc, char** argv) {
   } catch (const zero::Error& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 1;
+  } catch (const std::exception& e) {  // e.g. a LibTorch kernel missing for a dtype: one line, no abort
+    fmt::print(stderr, "{}\n", zero::first_line(e));
+    return 1;
   }
 }

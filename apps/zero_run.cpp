@@ -170,5 +170,8 @@ int main(int argc, char** argv) {
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-run: {}\n", e.what());
     return 2;
+  } catch (const std::exception& e) {  // e.g. a LibTorch kernel missing for a dtype: one line, no abort
+    fmt::print(stderr, "zero-run: {}\n", zero::first_line(e));
+    return 2;
   }
 }

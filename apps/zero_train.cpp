@@ -65,5 +65,8 @@ int main(int argc, char** argv) {
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-train: {}\n", e.what());
     return 1;
+  } catch (const std::exception& e) {  // e.g. a LibTorch kernel missing for a dtype: one line, no abort
+    fmt::print(stderr, "zero-train: {}\n", zero::first_line(e));
+    return 1;
   }
 }

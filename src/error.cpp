@@ -17,6 +17,11 @@ Error::Error(const std::string& message, std::string subject, int rank)
       subject_(std::move(subject)),
       rank_(rank) {}
 
+std::string first_line(const std::exception& e) {
+  std::string text = e.what();
+  return text.substr(0, text.find('\n'));
+}
+
 ConfigError::ConfigError(std::string origin, std::vector<std::string> problems)
     : Error(join_problems(origin, problems), problems.empty() ? "" : problems.front()),
       origin_(std::move(origin)),

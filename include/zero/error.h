@@ -38,4 +38,8 @@ class ConfigError : public Error {
   std::vector<std::string> problems_;
 };
 
+// The first line of an exception's message: what a program prints when something other than a
+// zero::Error escapes (a c10::Error's message goes on with a stack dump).
+std::string first_line(const std::exception& e);
+
 }  // namespace zero

@@ -51,19 +51,34 @@ GptBlock::GptBlock(const GptShape& s) : heads(s.heads) {
   fcprojb = register_parameter("fcprojb", torch::zeros({C}));
 }
 
+namespace {
+
+// Note: LibTorch 1.13's CPU kernels have no float16 matmul, bmm, LayerNorm, GELU or softmax. A
+// float16 model on the CPU (fp16 mixed precision) keeps its weights, gradients and communication
+// in float16 and computes in float32: each weight is widened where it is used (autograd narrows
+// its gradient back into the float16 .grad, where the loss scale keeps it from underflowing), so
+// activations, LayerNorm, softmax and the loss are fp32. Other dtypes and devices compute as they
+// are (to() of the same dtype is the tensor itself: no copy).
+at::Tensor compute(const at::Tensor& w) {
+  return w.scalar_type() == at::kHalf && w.device().is_cpu() ? w.to(at::kFloat) : w;
+}
+
+}  // namespace
+
 at::Tensor GptBlock::forward(const at::Tensor& x) {
   namespace F = torch::nn::functional;
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / heads;
-  at::Tensor h = F::layer_norm(x, F::LayerNormFuncOptions({C}).weight(ln1w).bias(ln1b).eps(1e-5));
-  auto qkv = F::linear(h, qkvw, qkvb).split(C, 2);
+  at::Tensor h = F::layer_norm(x, F::LayerNormFuncOptions({C}).weight(compute(ln1w)).bias(compute(ln1b)).eps(1e-5));
+  auto qkv = F::linear(h, compute(qkvw), compute(qkvb)).split(C, 2);
   auto by_head = [&](const at::Tensor& t) { return t.reshape({B, T, heads, hs}).transpose(1, 2); };
   at::Tensor q = by_head(qkv[0]), k = by_head(qkv[1]), v = by_head(qkv[2]);
   at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
   at::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
   at::Tensor attended = torch::softmax(scores.masked_fill(future, -INFINITY), -1).matmul(v);
-  at::Tensor y = x + F::linear(attended.transpose(1, 2).reshape({B, T, C}), attprojw, attprojb);
-  h = F::layer_norm(y, F::LayerNormFuncOptions({C}).weight(ln2w).bias(ln2b).eps(1e-5));
-  return y + F::linear(torch::gelu(F::linear(h, fcw, fcb), "tanh"), fcprojw, fcprojb);
+  at::Tensor y = x + F::linear(attended.transpose(1, 2).reshape({B, T, C}), compute(attprojw), compute(attprojb));
+  h = F::layer_norm(y, F::LayerNormFuncOptions({C}).weight(compute(ln2w)).bias(compute(ln2b)).eps(1e-5));
+  return y + F::linear(torch::gelu(F::linear(h, compute(fcw), compute(fcb)), "tanh"), compute(fcprojw),
+                       compute(fcprojb));
 }
 
 Gpt::Gpt(const GptShape& s) : shape(s) {
@@ -78,11 +93,12 @@ Gpt::Gpt(const GptShape& s) : shape(s) {
 at::Tensor Gpt::forward(const at::Tensor& tokens) {
   namespace F = torch::nn::functional;
   const int64_t T = tokens.size(1);
-  at::Tensor x = F::embedding(tokens, wte) + wpe.narrow(0, 0, T);
+  const at::Tensor embedding = compute(wte);  // tied: the input embedding and the output projection
+  at::Tensor x = F::embedding(tokens, embedding) + compute(wpe).narrow(0, 0, T);
   for (auto& block : blocks) x = block->forward(x);
-  x = F::layer_norm(x, F::LayerNormFuncOptions({shape.channels}).weight(lnfw).bias(lnfb).eps(1e-5));
+  x = F::layer_norm(x, F::LayerNormFuncOptions({shape.channels}).weight(compute(lnfw)).bias(compute(lnfb)).eps(1e-5));
   // Only the real vocabulary: the padded rows take no part in softmax or loss.
-  return x.matmul(wte.narrow(0, 0, shape.vocab).t());
+  return x.matmul(embedding.narrow(0, 0, shape.vocab).t());
 }
 
 at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
