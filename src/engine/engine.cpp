@@ -14,6 +14,7 @@
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
 #include "engine/partitioned_init.h"
+#include "optim/cpu_kernels.h"
 #include "optim/flat_optimizer.h"
 #include "zero/error.h"
 #include "zero/loss_scaler.h"
@@ -331,10 +332,14 @@ void Engine::step() {
   const double average = s.reducer->averaging_factor();
   // Everything below runs in tiles of sub_group_size elements: temporaries stay a few tiles.
   const std::vector<optim::Tile> tiles = optim::tiles_of(grads.numel(), s.config.zero.sub_group_size);
+  // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, tile by tile
+  // in one fused pass (no temporaries); padding elements are zero and add nothing. It is not
+  // finite exactly when some gradient is not: the fp16 overflow check reads it too.
+  double sum_of_squares = 0;
+  for (const optim::Tile t : tiles) sum_of_squares += optim::sum_of_squares(grads.data_ptr<float>() + t.offset, t.length);
   if (s.config.fp16.enabled) {
     // Overflow anywhere skips the step everywhere.
-    bool finite = true;
-    for (const optim::Tile t : tiles) finite = finite && grads.narrow(0, t.offset, t.length).isfinite().all().item<bool>();
+    const bool finite = std::isfinite(sum_of_squares);
     at::Tensor overflow = at::full({1}, finite ? 0 : 1, at::kInt);
     s.comm.all_reduce(overflow, ReduceOp::kMax, {.async = false});
     if (overflow.item<int>() != 0) {
@@ -345,11 +350,8 @@ void Engine::step() {
       return;
     }
   }
-  // Global L2 norm of the (still loss-scaled, summed over ranks) gradients; padding elements are
-  // zero and add nothing. Partitioned, each rank holds a share of the squares; at stage 0 every
-  // rank holds them all.
-  double sum_of_squares = 0;
-  for (const optim::Tile t : tiles) sum_of_squares += grads.narrow(0, t.offset, t.length).pow(2).sum(at::kDouble).item<double>();
+  // Global L2 norm: partitioned, each rank holds a share of the squares; at stage 0 every rank
+  // holds them all.
   at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);
   if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
   const double scaled_norm = std::sqrt(squares.item<double>()) * average;
@@ -360,11 +362,12 @@ void Engine::step() {
     const double clip = (s.grad_norm + 1e-6) / s.config.gradient_clipping;
     if (clip > 1) combined *= clip;
   }
-  if (const double factor = average / combined; factor != 1.0) grads.mul_(factor);
+  // The factor goes into the optimizer's own pass (no pass of its own over the gradients).
   optim::StepParams params{.lr = s.schedule.lr(),
                            .beta1 = s.config.optimizer.beta1,
                            .beta2 = s.config.optimizer.beta2,
-                           .step = s.applied_steps + 1};
+                           .step = s.applied_steps + 1,
+                           .grad_scale = average / combined};
   if (auto betas = s.schedule.betas()) std::tie(params.beta1, params.beta2) = *betas;
   s.optimizer->step(s.master, grads, params);
   publish_master();

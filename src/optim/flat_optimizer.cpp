@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/cpu_kernels.h"
 #include "zero/error.h"
 
 namespace zero::optim {
@@ -24,21 +25,29 @@ class Adam : public FlatOptimizer {
   }
 
  protected:
+  bool fuses_grad_scale() const override { return true; }
+  // One fused pass per run of equal weight decay (cpu_kernels.h): no temporaries.
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
-    at::Tensor g = grads;
-    if (c_.adam_w_mode) {
-      decay(params, p.lr, t);
-    } else {
-      g = with_l2(grads, params, t);
-    }
-    at::Tensor m = slice(m_, t), v = slice(v_, t);
-    m.mul_(p.beta1).add_(g, 1 - p.beta1);
-    v.mul_(p.beta2).addcmul_(g, g, 1 - p.beta2);
     const double n = static_cast<double>(p.step);
     const double bc1 = c_.bias_correction ? 1 - std::pow(p.beta1, n) : 1.0;
     const double bc2 = c_.bias_correction ? 1 - std::pow(p.beta2, n) : 1.0;
-    at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(c_.eps);
-    params.addcdiv_(m, denom, -p.lr / bc1);
+    AdamScalars s{.beta1 = static_cast<float>(p.beta1),
+                  .beta2 = static_cast<float>(p.beta2),
+                  .one_minus_beta1 = static_cast<float>(1 - p.beta1),
+                  .one_minus_beta2 = static_cast<float>(1 - p.beta2),
+                  .step_size = static_cast<float>(p.lr / bc1),
+                  .sqrt_bc2 = static_cast<float>(std::sqrt(bc2)),
+                  .eps = static_cast<float>(c_.eps),
+                  .grad_scale = static_cast<float>(p.grad_scale)};
+    float* w = params.data_ptr<float>();
+    const float* g = grads.data_ptr<float>();
+    float* m = m_.data_ptr<float>() + t.offset;
+    float* v = v_.data_ptr<float>() + t.offset;
+    for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
+      s.decay = c_.adam_w_mode ? static_cast<float>(1 - p.lr * wd) : 1.0f;
+      s.l2 = c_.adam_w_mode ? 0.0f : static_cast<float>(wd);
+      adam_update(w + begin, g + begin, m + begin, v + begin, length, s);
+    });
   }
 
  private:
@@ -131,7 +140,10 @@ class Lamb : public FlatOptimizer {
   // Two passes over the tiles: moments and whole-parameter norms (summed over ranks), then the
   // update scaled by each parameter's trust ratio (FlatOptimizer::step, through step_tile). The
   // direction is computed in both passes rather than kept: keeping it would cost a buffer.
-  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) override {
+  void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& scaled) override {
+    if (scaled.grad_scale != 1.0) grads.mul_(scaled.grad_scale);  // both passes read the scaled gradient
+    StepParams p = scaled;
+    p.grad_scale = 1.0;
     const double n = static_cast<double>(p.step);
     bc1_ = c_.bias_correction ? 1 - std::pow(p.beta1, n) : 1.0;
     bc2_ = c_.bias_correction ? 1 - std::pow(p.beta2, n) : 1.0;
@@ -191,7 +203,25 @@ class Lamb : public FlatOptimizer {
 }  // namespace
 
 void FlatOptimizer::step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) {
-  for (const Tile t : tiles(params.numel())) step_tile(slice(params, t), slice(grads, t), p, t);
+  for (const Tile t : tiles(params.numel())) {
+    const at::Tensor g = slice(grads, t);
+    if (p.grad_scale != 1.0 && !fuses_grad_scale()) g.mul_(p.grad_scale);
+    step_tile(slice(params, t), g, p, t);
+  }
+}
+
+template <class Fn>
+void FlatOptimizer::for_decay_pieces_in(Tile t, Fn&& fn) const {
+  int64_t at = t.offset;  // runs are in order and do not overlap
+  const int64_t end = t.offset + t.length;
+  for (const DecayRun& r : runs_) {
+    const int64_t begin = std::max(r.offset, at), stop = std::min(r.offset + r.length, end);
+    if (begin >= stop) continue;
+    if (begin > at) fn(at - t.offset, begin - at, 0.0);
+    fn(begin - t.offset, stop - begin, r.weight_decay);
+    at = stop;
+  }
+  if (at < end) fn(at - t.offset, end - at, 0.0);
 }
 
 std::vector<Tile> tiles_of(int64_t numel, int64_t tile) {

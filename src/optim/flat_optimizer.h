@@ -23,6 +23,9 @@ struct StepParams {
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
   int64_t step = 1;  // 1-based count of applied steps, for bias correction
+  // The gradients are multiplied by this first (the engine's average, unscale and clip in one
+  // factor): Adam folds it into its one pass, the others scale each tile before their update.
+  double grad_scale = 1.0;
 };
 
 // A run of the flat buffer sharing one weight decay (parameter groups). Runs cover the buffer in
@@ -67,8 +70,14 @@ class FlatOptimizer {
 
  protected:
   // One tile: `params` and `grads` are already narrowed to it; state tensors are narrowed with t.
+  // Unless fuses_grad_scale(), `grads` was already multiplied by p.grad_scale.
   virtual void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) = 0;
+  virtual bool fuses_grad_scale() const { return false; }
   std::vector<Tile> tiles(int64_t numel) const { return tiles_of(numel, tile_); }
+  // fn(begin, length, weight_decay) for consecutive pieces covering tile t, relative to it (a
+  // piece outside every run, e.g. padding, has weight decay 0).
+  template <class Fn>
+  void for_decay_pieces_in(Tile t, Fn&& fn) const;
   // params *= (1 - lr * wd), run by run (decoupled decay: AdamW, Lion); params is tile t.
   void decay(const at::Tensor& params, double lr, Tile t) const;
   // grads + wd * params, run by run (L2 decay: Adam, Adagrad, SGD); `grads` itself when all wd

@@ -1,0 +1,89 @@
+#include "optim/cpu_kernels.h"
+
+// Highway's per-target compilation: this file is included once per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optim/cpu_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace zero::optim {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Note: the operations and their rounding follow LibTorch's own Adam (mul_, add_ with alpha as
+// one fused multiply-add, addcmul_, sqrt, div, addcdiv_), so a step equals torch::optim's.
+template <class D>
+HWY_INLINE void AdamLanes(D d, const AdamScalars& s, float* HWY_RESTRICT p, const float* HWY_RESTRICT g,
+                          float* HWY_RESTRICT m, float* HWY_RESTRICT v) {
+  const auto pv = hn::LoadU(d, p);
+  const auto gv = hn::MulAdd(pv, hn::Set(d, s.l2), hn::Mul(hn::LoadU(d, g), hn::Set(d, s.grad_scale)));
+  const auto mv = hn::MulAdd(gv, hn::Set(d, s.one_minus_beta1), hn::Mul(hn::LoadU(d, m), hn::Set(d, s.beta1)));
+  const auto vv = hn::Add(hn::Mul(hn::LoadU(d, v), hn::Set(d, s.beta2)), hn::Mul(hn::Mul(hn::Set(d, s.one_minus_beta2), gv), gv));
+  const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), hn::Set(d, s.sqrt_bc2)), hn::Set(d, s.eps));
+  const auto updated = hn::Add(hn::Mul(pv, hn::Set(d, s.decay)), hn::Div(hn::Mul(hn::Set(d, -s.step_size), mv), denom));
+  hn::StoreU(mv, d, m);
+  hn::StoreU(vv, d, v);
+  hn::StoreU(updated, d, p);
+}
+
+void AdamUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, float* HWY_RESTRICT v,
+                int64_t n, const AdamScalars& s) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) AdamLanes(d, s, p + i, g + i, m + i, v + i);
+  if (i == n) return;
+  // The tail goes through a full vector too (copied out and back), so every element sees the
+  // same instructions wherever a tile or partition boundary puts it: tiles give the same bits.
+  HWY_ALIGN float tail[4][hn::MaxLanes(d)] = {};
+  const size_t rest = static_cast<size_t>(n - i);
+  for (size_t k = 0; k < rest; ++k) {
+    tail[0][k] = p[i + k];
+    tail[1][k] = g[i + k];
+    tail[2][k] = m[i + k];
+    tail[3][k] = v[i + k];
+  }
+  AdamLanes(d, s, tail[0], tail[1], tail[2], tail[3]);
+  for (size_t k = 0; k < rest; ++k) {
+    p[i + k] = tail[0][k];
+    m[i + k] = tail[2][k];
+    v[i + k] = tail[3][k];
+  }
+}
+
+double SumOfSquares(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles in a vector
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
+  auto sum0 = hn::Zero(dd), sum1 = hn::Zero(dd);
+  int64_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {  // two accumulators: the adds do not wait on each other
+    const auto a = hn::PromoteTo(dd, hn::LoadU(df, x + i));
+    const auto b = hn::PromoteTo(dd, hn::LoadU(df, x + i + lanes));
+    sum0 = hn::MulAdd(a, a, sum0);
+    sum1 = hn::MulAdd(b, b, sum1);
+  }
+  double total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum0, sum1)));
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return total;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace zero::optim
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zero::optim {
+
+HWY_EXPORT(AdamUpdate);
+HWY_EXPORT(SumOfSquares);
+
+void adam_update(float* params, const float* grads, float* m, float* v, int64_t n, const AdamScalars& s) {
+  HWY_DYNAMIC_DISPATCH(AdamUpdate)(params, grads, m, v, n, s);
+}
+
+double sum_of_squares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquares)(x, n); }
+
+}  // namespace zero::optim
+#endif
