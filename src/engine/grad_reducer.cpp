@@ -44,8 +44,13 @@ GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool o
   const auto& buckets = flat_.layout().buckets();
   ready_.assign(buckets.size(), 0);
   if (stage_ < 2) {
-    for (size_t b = 0; b < buckets.size(); ++b)
-      grad_buffers_.push_back(at::zeros_like(flat_.buffer(static_cast<int>(b))));
+    // One allocation laid out as the parameters' (FlatParams::whole): with one partition it is
+    // exactly the owned gradient, handed to the step with no copy (owned_gradients).
+    grad_whole_ = at::zeros_like(flat_.whole());
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const at::Tensor& params = flat_.buffer(static_cast<int>(b));
+      grad_buffers_.push_back(grad_whole_.narrow(0, params.storage_offset() - flat_.whole().storage_offset(), params.numel()));
+    }
     attach_gradient_views();
   } else {
     accumulator_ = at::zeros({flat_.layout().owned_numel()}, at::kFloat);
@@ -248,6 +253,8 @@ at::Tensor GradReducer::owned_gradients() {
       accumulator_stale_ = false;
     }
     grads = accumulator_;
+  } else if (partitions_ == 1) {
+    grads = grad_whole_.to(at::kFloat);  // fp32: the buffer itself
   } else {
     std::vector<at::Tensor> shards;
     for (size_t b = 0; b < grad_buffers_.size(); ++b)
@@ -261,15 +268,13 @@ void GradReducer::zero() {
   if (stage_ == 2) {
     accumulator_stale_ = true;  // the next reduction overwrites it: no pass over it here
   } else {
-    for (auto& g : grad_buffers_) g.zero_();
+    grad_whole_.zero_();
   }
 }
 
 int64_t GradReducer::gradient_bytes() const {
   if (stage_ == 2) return static_cast<int64_t>(accumulator_.nbytes());
-  int64_t total = 0;
-  for (const auto& g : grad_buffers_) total += static_cast<int64_t>(g.nbytes());
-  return total;
+  return static_cast<int64_t>(grad_whole_.nbytes());
 }
 
 int64_t GradReducer::bucket_bytes() const { return pool_bytes_; }

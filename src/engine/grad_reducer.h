@@ -52,7 +52,8 @@ class GradReducer {
   // The reduced gradient of every owned element, fp32, summed over ranks (times
   // averaging_factor() it is the average; the loss was already divided by the accumulation
   // steps). Valid after the boundary's end_backward(). Stage 2 returns its accumulator; stages
-  // 0/1 a new tensor. Note: the average is left to the caller, which folds it into its own
+  // 0/1 with one partition their fp32 buffer itself, else a new tensor. The step may scale it in
+  // place: zero() follows. Note: the average is left to the caller, which folds it into its own
   // unscale-and-clip multiplication: one pass over the gradients, not two.
   at::Tensor owned_gradients();
   double averaging_factor() const;
@@ -87,7 +88,8 @@ class GradReducer {
   std::optional<at::ScalarType> wire_dtype_;
   bool reduce_scatter_;
   bool reducing_ = false;
-  std::vector<at::Tensor> grad_buffers_;  // stages 0/1: whole buckets, model dtype
+  at::Tensor grad_whole_;                 // stages 0/1: every bucket's gradients, model dtype
+  std::vector<at::Tensor> grad_buffers_;  // stages 0/1: whole buckets, views of grad_whole_
   at::Tensor accumulator_;                // stage 2: owned shards, fp32
   // stage 2: zero() was called and no reduction has landed since: the accumulator's contents are
   // garbage that the next reducing micro-step overwrites (first_since_zero_: this one does).
