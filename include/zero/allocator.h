@@ -5,7 +5,8 @@
 // allocates and frees the same large activations and gradients every step, so every step pays for
 // page faults and zeroing of fresh pages again — with two ranks on two cores, the GPT step took
 // 140 ms instead of 95 ms (docs/PERFORMANCE.md). Fixing both thresholds high keeps those blocks in
-// the heap for the next step. PyTorch users get the same effect from jemalloc or tcmalloc.
+// the heap for the next step, and turning mmap off (M_MMAP_MAX 0) does the same for blocks above
+// the threshold's 32 MiB ceiling. Memory freed inside the heap is kept for reuse, not returned. PyTorch users get the same effect from jemalloc or tcmalloc.
 //
 // Process-wide, so the library never calls it by itself: zero-train and the benchmarks do, and a
 // program embedding zerocpp calls it once at startup (before the model is built). Returns false
