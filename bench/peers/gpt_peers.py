@@ -140,7 +140,9 @@ def main():
     a = argparse.ArgumentParser()
     a.add_argument("--mode", required=True, choices=["single", "ddp", "zero1", "fsdp_full", "fsdp_grad_op"])
     a.add_argument("--init", required=True)
-    a.add_argument("--text", required=True)
+    a.add_argument("--text", help="train on the bytes of this file")
+    a.add_argument("--tokens", help="train on an llm.c token shard instead (uint16 after a 1024-byte header)")
+    a.add_argument("--seq", type=int, default=0, help="row length (default: the model's maxT)")
     a.add_argument("--steps", type=int, default=30)
     a.add_argument("--warmup", type=int, default=3)
     a.add_argument("--rows", type=int, required=True, help="global batch rows")
@@ -156,14 +158,20 @@ def main():
         os.environ.setdefault("MASTER_PORT", "29517")
         dist.init_process_group("gloo", rank=rank, world_size=ranks)
     shape, values = read_llmc(o.init)
-    with open(o.text, "rb") as f:
-        tokens = torch.tensor(list(f.read()), dtype=torch.long)
+    if o.tokens:
+        with open(o.tokens, "rb") as f:
+            header = struct.unpack("256i", f.read(1024))
+            assert header[0] == 20240520, f"{o.tokens}: not an llm.c token shard"
+            tokens = torch.frombuffer(bytearray(f.read(2 * header[2])), dtype=torch.int16).long() & 0xFFFF
+    else:
+        with open(o.text, "rb") as f:
+            tokens = torch.tensor(list(f.read()), dtype=torch.long)
     model = Gpt(shape, values)
     masters = None
     if o.dtype == "bf16":
         model = model.to(torch.bfloat16)
         masters = [p.detach().float().clone() for p in model.parameters()]
-    seq = shape["max_t"]
+    seq = o.seq or shape["max_t"]
     if o.mode in ("ddp", "zero1"):
         if o.dtype == "bf16":
             # gloo cannot broadcast bf16 either ("Invalid scalar type"), and DDP broadcasts rank 0's
