@@ -8,8 +8,8 @@
 // stage3_max_reuse_distance; each in fp32 and bf16, with gradient accumulation 1 and 2. Every
 // run is compared with stage 0 of the same precision and accumulation at this world size: the
 // losses of every step and the exported weights, bitwise where the reductions sum in the same
-// order (2 ranks without accumulation: a + b either way), else within 1e-5 relative (fp32) or
-// within bf16's rounding (bf16). SGD with momentum, not Adam: its update is linear in the
+// order (2 ranks without accumulation: a + b either way), else within 1e-5 relative (fp32), or
+// for bf16 losses within 1e-3 and weights within 4 bf16 ulps (relative to max(|w|, 1e-2)). SGD with momentum, not Adam: its update is linear in the
 // gradient, so a wrong scale shows, and a different summation order does not (Adam's first steps
 // move every weight by about lr · sign(g), which flips for gradients near zero). Rank 0 prints a line per run and "N passed, N failed"; the exit status
 // is 1 when any run fails.
@@ -115,10 +115,10 @@ Outcome train(const Run& run, const GptShape& shape, const std::string& tokens, 
 }
 
 // Largest |a - b| / max(|b|, floor) over both sequences; 0 means bitwise equal.
-double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
+double max_relative(const std::vector<double>& a, const std::vector<double>& b, double floor = 1e-3) {
   double worst = a.size() == b.size() ? 0 : INFINITY;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-3));
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), floor));
   return worst;
 }
 
@@ -163,13 +163,17 @@ int main(int argc, char** argv) {
           const Outcome got = train(run, shape, token_file, dir.string(), steps, world);
           if (world.rank() != 0) continue;
           const double loss_diff = max_relative(got.losses, expected.losses);
-          const double weight_diff = max_relative(std::vector<double>(got.weights.begin(), got.weights.end()),
-                                                  std::vector<double>(expected.weights.begin(), expected.weights.end()));
+          const double weight_diff =
+              max_relative(std::vector<double>(got.weights.begin(), got.weights.end()),
+                           std::vector<double>(expected.weights.begin(), expected.weights.end()), bf16 ? 1e-2 : 1e-3);
           // At two ranks without accumulation every stage sums the same two numbers as stage 0's
           // all-reduce; accumulation adds micro-steps before (stages 0-1) or after (2-3) reducing.
           const bool bitwise = world.size() == 2 && gas == 1;
-          const double tolerance = bitwise ? 0 : (bf16 ? 1e-2 : 1e-5);
-          const bool ok = loss_diff <= tolerance && weight_diff <= tolerance;
+          // bf16 with accumulation: stages 0-1 add the micro-steps in bf16 .grad, stages 2-3 in
+          // fp32 (DeepSpeed's grad_accum_dtype; zerocpp warns), so weights may differ by a few bf16
+          // ulps (2^-8 relative each; measured up to 2 ulps, both equally far from fp32's).
+          const double tolerance = bitwise ? 0 : (bf16 ? 1.0 / 64 : 1e-5);
+          const bool ok = loss_diff <= (bf16 && !bitwise ? 1e-3 : tolerance) && weight_diff <= tolerance;
           (ok ? passed : failed)++;
           std::printf("%s %-70s losses %.3g weights %.3g (%s)\n", ok ? "ok  " : "FAIL", run.name().c_str(), loss_diff,
                       weight_diff, bitwise ? "bitwise" : "tolerance");
