@@ -8,9 +8,8 @@
 // Peak RSS and system time of a whole run come from /usr/bin/time around zero-train
 // (docs/PERFORMANCE.md shows the command).
 #include <fmt/core.h>
-#include <torch/torch.h>
-
 #include <sys/resource.h>
+#include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -94,12 +93,15 @@ int main(int argc, char** argv) {
   }
   const double bandwidth = copy_bandwidth();
   const double adam_bound = 28.0 * static_cast<double>(params) / bandwidth;
-  fmt::print("# bench_big: {} parameters (L={}, NH={}, C={}, V={}, T={}), micro-batch {}, 1 thread, sub_group_size {:g}\n",
-             params, shape.layers, shape.heads, shape.channels, shape.vocab, shape.max_seq, micro, sub_group);
-  fmt::print("# plain LibTorch forward+backward {:.0f} ms; copy bandwidth {:.1f} GB/s, so one AdamW pass (28 B/param) "
-             "takes at least {:.0f} ms; bound = {:.0f} ms\n",
-             fb * 1e3, bandwidth / 1e9, adam_bound * 1e3, (fb + adam_bound) * 1e3);
-  fmt::print("| stage | step ms (median of {}) | bound ms | step / bound | system time / step time | model state B |\n", steps);
+  fmt::print(
+      "# bench_big: {} parameters (L={}, NH={}, C={}, V={}, T={}), micro-batch {}, 1 thread, sub_group_size {:g}\n",
+      params, shape.layers, shape.heads, shape.channels, shape.vocab, shape.max_seq, micro, sub_group);
+  fmt::print(
+      "# plain LibTorch forward+backward {:.0f} ms; copy bandwidth {:.1f} GB/s, so one AdamW pass (28 B/param) "
+      "takes at least {:.0f} ms; bound = {:.0f} ms\n",
+      fb * 1e3, bandwidth / 1e9, adam_bound * 1e3, (fb + adam_bound) * 1e3);
+  fmt::print("| stage | step ms (median of {}) | bound ms | step / bound | system time / step time | model state B |\n",
+             steps);
   fmt::print("|---:|---:|---:|---:|---:|---:|\n");
   for (int stage : stages) {
     torch::manual_seed(1);

@@ -9,7 +9,8 @@
 // the threshold's 32 MiB ceiling. Memory freed inside the heap is kept for reuse, not returned;
 // by default the heap is never trimmed either (trim_threshold above INT_MAX): at GPT-2 124M, 2
 // ranks, stage 0, a 512 MiB trim threshold let each step give the top of the heap back and fault
-// it in again — 19 % of the step clearing fresh pages (perf), 2.85 s against stage 2's 2.10 s. PyTorch users get the same effect from jemalloc or tcmalloc.
+// it in again — 19 % of the step clearing fresh pages (perf), 2.85 s against stage 2's 2.10 s.
+// PyTorch users get the same effect from jemalloc or tcmalloc.
 //
 // Process-wide, so the library never calls it by itself: zero-train and the benchmarks do, and a
 // program embedding zerocpp calls it once at startup (before the model is built). Returns false

@@ -17,9 +17,10 @@ std::vector<const void*> addresses(const MpiPiece& piece) {
   return out;
 }
 
-std::string check_alive(const MpiPiece& piece, const std::vector<const void*>& started_at) {
+std::string check_alive(const MpiPiece& piece) {
   if (!piece.buffers) return {};
   const auto now = piece.buffers();
+  const auto& started_at = piece.started_at;
   for (size_t i = 0; i < now.size() && i < started_at.size(); ++i) {
     const at::Tensor& t = now[i];
     if (!t.defined() || t.numel() == 0) continue;  // an empty chunk has no memory to lose
@@ -99,7 +100,7 @@ void PieceQueue::retire(size_t position, int mpi_code) {
   MpiPiece& piece = c.pieces[entry.index];
   if (mpi_code != MPI_SUCCESS) {
     if (c.error.empty()) c.error = c.what + " failed: " + mpi_error_string(mpi_code);
-  } else if (std::string dead = debug_buffers() ? check_alive(piece, piece.started_at) : ""; !dead.empty()) {
+  } else if (std::string dead = debug_buffers() ? check_alive(piece) : ""; !dead.empty()) {
     if (c.error.empty()) c.error = c.what + " (ZERO_DEBUG_BUFFERS): " + dead;
   } else if (piece.finish) {
     piece.finish();
@@ -129,13 +130,13 @@ void PieceQueue::wait(Collective& c) {
   // Oldest first: c's pieces start only after every piece queued before them.
   while (c.remaining > 0) {
     if (in_flight_.empty()) start_more();
-    if (in_flight_.empty()) throw Error("internal: " + c.what + " waits for pieces that were never queued", c.what, rank_);
+    if (in_flight_.empty())
+      throw Error("internal: " + c.what + " waits for pieces that were never queued", c.what, rank_);
     retire(0, MPI_Wait(&in_flight_.front().request, MPI_STATUS_IGNORE));
   }
 }
 
-QueuedWork::QueuedWork(std::shared_ptr<PieceQueue> queue, std::shared_ptr<PieceQueue::Collective> collective,
-                       int rank)
+QueuedWork::QueuedWork(std::shared_ptr<PieceQueue> queue, std::shared_ptr<PieceQueue::Collective> collective, int rank)
     : queue_(std::move(queue)), collective_(std::move(collective)), rank_(rank) {
   if (!collective_->error.empty()) {  // a start failed: let the pieces already running finish first
     queue_->wait(*collective_);

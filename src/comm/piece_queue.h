@@ -56,7 +56,6 @@ class PieceQueue {
   // Starts every queued piece now, beyond the window: call before any blocking collective on
   // the communicator, which must come after them on every rank.
   void start_all();
-  size_t in_flight() const { return in_flight_.size(); }
 
  private:
   struct Entry {

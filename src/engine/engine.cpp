@@ -330,7 +330,7 @@ void Engine::step() {
   if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
   at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
   const double average = s.reducer->averaging_factor();
-  // Everything below runs in tiles of sub_group_size elements: temporaries stay a few tiles.
+  // Everything below runs in tiles of sub_group_size elements (DeepSpeed's unit of the step).
   const std::vector<optim::Tile> tiles = optim::tiles_of(grads.numel(), s.config.zero.sub_group_size);
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, tile by tile
   // in one fused pass (no temporaries); padding elements are zero and add nothing. It is not

@@ -19,7 +19,8 @@ HWY_INLINE void AdamLanes(D d, const AdamScalars& s, float* HWY_RESTRICT p, cons
   const auto pv = hn::LoadU(d, p);
   const auto gv = hn::MulAdd(pv, hn::Set(d, s.l2), hn::Mul(hn::LoadU(d, g), hn::Set(d, s.grad_scale)));
   const auto mv = hn::MulAdd(gv, hn::Set(d, s.one_minus_beta1), hn::Mul(hn::LoadU(d, m), hn::Set(d, s.beta1)));
-  const auto vv = hn::Add(hn::Mul(hn::LoadU(d, v), hn::Set(d, s.beta2)), hn::Mul(hn::Mul(hn::Set(d, s.one_minus_beta2), gv), gv));
+  const auto vv =
+      hn::Add(hn::Mul(hn::LoadU(d, v), hn::Set(d, s.beta2)), hn::Mul(hn::Mul(hn::Set(d, s.one_minus_beta2), gv), gv));
   const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), hn::Set(d, s.sqrt_bc2)), hn::Set(d, s.eps));
   const auto updated = hn::Add(hn::Mul(pv, hn::Set(d, s.decay)), hn::Div(hn::Mul(hn::Set(d, -s.step_size), mv), denom));
   hn::StoreU(mv, d, m);

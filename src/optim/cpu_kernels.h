@@ -14,12 +14,12 @@ namespace zero::optim {
 struct AdamScalars {
   float beta1 = 0.9f, beta2 = 0.999f;
   float one_minus_beta1 = 0.1f, one_minus_beta2 = 0.001f;  // rounded from double, as LibTorch does
-  float step_size = 1e-3f;     // lr / (1 - beta1^t)
-  float sqrt_bc2 = 1.0f;       // sqrt(1 - beta2^t)
+  float step_size = 1e-3f;                                 // lr / (1 - beta1^t)
+  float sqrt_bc2 = 1.0f;                                   // sqrt(1 - beta2^t)
   float eps = 1e-8f;
-  float decay = 1.0f;          // AdamW: params *= 1 - lr * weight_decay first; 1 otherwise
-  float l2 = 0.0f;             // Adam: weight_decay * params added to the gradient; 0 for AdamW
-  float grad_scale = 1.0f;     // the gradient is multiplied by this first (average, unscale, clip)
+  float decay = 1.0f;       // AdamW: params *= 1 - lr * weight_decay first; 1 otherwise
+  float l2 = 0.0f;          // Adam: weight_decay * params added to the gradient; 0 for AdamW
+  float grad_scale = 1.0f;  // the gradient is multiplied by this first (average, unscale, clip)
 };
 
 // One Adam/AdamW step over n elements: g = grad_scale·grad + l2·p; p = decay·p;
