@@ -22,7 +22,6 @@
 
 namespace zero {
 
-bool keep_freed_memory(std::size_t mmap_threshold = std::size_t{32} << 20,
-                       std::size_t trim_threshold = SIZE_MAX);
+bool keep_freed_memory(std::size_t mmap_threshold = std::size_t{32} << 20, std::size_t trim_threshold = SIZE_MAX);
 
 }  // namespace zero

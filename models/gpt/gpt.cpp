@@ -77,8 +77,8 @@ at::Tensor GptBlock::forward(const at::Tensor& x) {
   at::Tensor attended = torch::softmax(scores.masked_fill(future, -INFINITY), -1).matmul(v);
   at::Tensor y = x + F::linear(attended.transpose(1, 2).reshape({B, T, C}), compute(attprojw), compute(attprojb));
   h = F::layer_norm(y, F::LayerNormFuncOptions({C}).weight(compute(ln2w)).bias(compute(ln2b)).eps(1e-5));
-  return y + F::linear(torch::gelu(F::linear(h, compute(fcw), compute(fcb)), "tanh"), compute(fcprojw),
-                       compute(fcprojb));
+  return y +
+         F::linear(torch::gelu(F::linear(h, compute(fcw), compute(fcb)), "tanh"), compute(fcprojw), compute(fcprojb));
 }
 
 Gpt::Gpt(const GptShape& s) : shape(s) {

@@ -336,7 +336,8 @@ void Engine::step() {
   // in one fused pass (no temporaries); padding elements are zero and add nothing. It is not
   // finite exactly when some gradient is not: the fp16 overflow check reads it too.
   double sum_of_squares = 0;
-  for (const optim::Tile t : tiles) sum_of_squares += optim::sum_of_squares(grads.data_ptr<float>() + t.offset, t.length);
+  for (const optim::Tile t : tiles)
+    sum_of_squares += optim::sum_of_squares(grads.data_ptr<float>() + t.offset, t.length);
   if (s.config.fp16.enabled) {
     // Overflow anywhere skips the step everywhere.
     const bool finite = std::isfinite(sum_of_squares);

@@ -49,7 +49,8 @@ GradReducer::GradReducer(FlatParams& flat, Communicator& comm, int stage, bool o
     grad_whole_ = at::zeros_like(flat_.whole());
     for (size_t b = 0; b < buckets.size(); ++b) {
       const at::Tensor& params = flat_.buffer(static_cast<int>(b));
-      grad_buffers_.push_back(grad_whole_.narrow(0, params.storage_offset() - flat_.whole().storage_offset(), params.numel()));
+      grad_buffers_.push_back(
+          grad_whole_.narrow(0, params.storage_offset() - flat_.whole().storage_offset(), params.numel()));
     }
     attach_gradient_views();
   } else {

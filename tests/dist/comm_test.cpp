@@ -6,8 +6,8 @@
 #include <cstdlib>
 
 #include "comm/staging_pool.h"
-#include "util/debug_buffers.h"
 #include "dist_test_world.h"
+#include "util/debug_buffers.h"
 #include "zero/comm_stats.h"
 #include "zero/error.h"
 
@@ -183,9 +183,10 @@ TEST(Collectives, ManyPieceCollectivesInFlightStartInCallOrderOnEveryRank) {
   c->wait();
   b->wait();
   a->wait();
-  EXPECT_TRUE(out_a.equal(reference_reduce(size, chunk_a * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk_a, chunk_a)));
-  EXPECT_TRUE(
-      out_b.equal(reference_reduce(size, chunk_b * size, at::kBFloat16, ReduceOp::kSum).narrow(0, rank * chunk_b, chunk_b)));
+  EXPECT_TRUE(out_a.equal(
+      reference_reduce(size, chunk_a * size, at::kFloat, ReduceOp::kSum).narrow(0, rank * chunk_a, chunk_a)));
+  EXPECT_TRUE(out_b.equal(
+      reference_reduce(size, chunk_b * size, at::kBFloat16, ReduceOp::kSum).narrow(0, rank * chunk_b, chunk_b)));
   for (int r = 0; r < size; ++r) EXPECT_TRUE(out_c.narrow(0, r * n_c, n_c).equal(contribution(r, n_c, at::kFloat)));
   EXPECT_TRUE(d.equal(reference_reduce(size, n_d, at::kFloat, ReduceOp::kSum, 3)));
 }

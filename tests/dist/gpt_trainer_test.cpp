@@ -131,8 +131,9 @@ TEST(GptTrainer, Fp16TrainsWithTheLossScalerAtWork) {
   Files f;
   auto fp16 = [&](int stage) {
     TrainerOptions o = options(f, stage, 30);
-    o.config_text.insert(o.config_text.size() - 1,
-                         R"(, "fp16": {"enabled": true, "initial_scale_power": 24, "hysteresis": 1, "loss_scale_window": 1000})");
+    o.config_text.insert(
+        o.config_text.size() - 1,
+        R"(, "fp16": {"enabled": true, "initial_scale_power": 24, "hysteresis": 1, "loss_scale_window": 1000})");
     return train_gpt(o, test_world(), nullptr);
   };
   zero::World single = zero::World::single_process();
