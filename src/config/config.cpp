@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "config/config_sections.h"
-#include "config/relaxed_json.h"
+#include "config/hjson.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -39,7 +39,7 @@ const char* to_string(ValueSource source) {
 }
 
 Config Config::parse(const std::string& json_text, const std::string& origin) {
-  nlohmann::json document = config_detail::parse_relaxed_json(json_text, origin);
+  nlohmann::json document = config_detail::parse_hjson(json_text, origin);
   if (!document.is_object()) {
     throw ConfigError(origin, {"(top level): expected a JSON object, got " + std::string(document.type_name())});
   }
