@@ -1,3 +1,4 @@
+// zero-config json FILE — prints the file as zerocpp's Hjson reader sees it, as JSON.
 // zero-config check FILE — validates a DeepSpeed config and prints every effective value with
 // where it came from (file, default, auto, deprecated alias). Exit 0 when valid, 1 otherwise.
 #include <fmt/core.h>
@@ -31,7 +32,19 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   bool strict = false;
   check->add_flag("--strict", strict, "treat \"auto\" values that cannot be resolved as errors");
+  CLI::App* as_json = app.add_subcommand("json", "print FILE (JSON or Hjson) as JSON, as zerocpp reads it");
+  std::string json_file;
+  as_json->add_option("FILE", json_file, "the DeepSpeed config")->required();
   CLI11_PARSE(app, argc, argv);
+  if (*as_json) {
+    try {
+      fmt::print("{}\n", zero::Config::document_as_json(json_file));
+      return 0;
+    } catch (const zero::Error& e) {
+      fmt::print(stderr, "{}\n", e.what());
+      return 1;
+    }
+  }
 
   if (hidden) ctx.hidden_size = hidden;
   if (micro) ctx.micro_batch_size = micro;

@@ -197,6 +197,9 @@ class Config {
   // messages (a file name).
   static Config parse(const std::string& json_text, const std::string& origin = "<string>");
   static Config parse_file(const std::string& path);
+  // The file as zerocpp's Hjson reader sees it, printed as JSON (`zero-config json`). Throws
+  // ConfigError on a syntax error.
+  static std::string document_as_json(const std::string& path);
   // parse_file + resolve: the usual entry point.
   static Config from_file(const std::string& path, const AutoContext& context);
 

@@ -94,13 +94,23 @@ Config Config::parse(const std::string& json_text, const std::string& origin) {
   return c;
 }
 
-Config Config::parse_file(const std::string& path) {
+namespace {
+
+std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path, {"cannot open the config file: " + path});
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw ConfigError(path, {"cannot read the config file: " + path});
-  return parse(text.str(), path);
+  return text.str();
+}
+
+}  // namespace
+
+Config Config::parse_file(const std::string& path) { return parse(read_text_file(path), path); }
+
+std::string Config::document_as_json(const std::string& path) {
+  return config_detail::parse_hjson(read_text_file(path), path).dump(2);
 }
 
 Config Config::from_file(const std::string& path, const AutoContext& context) {

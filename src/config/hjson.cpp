@@ -21,14 +21,38 @@ bool is_punctuator(char c) { return c == '{' || c == '}' || c == '[' || c == ']'
 bool is_white(char c) { return c != '\0' && static_cast<unsigned char>(c) <= ' '; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
+// The length of the Unicode space (Go's unicode.IsSpace, as Hjson's strings.TrimSpace uses) that
+// `s` starts with, or 0.
+size_t leading_space(std::string_view s) {
+  if (s.empty()) return 0;
+  unsigned char c = static_cast<unsigned char>(s[0]);
+  if (c == ' ' || (c >= '\t' && c <= '\r')) return 1;
+  static constexpr std::string_view kWide[] = {"\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002",
+                                               "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008",
+                                               "\u2009", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f",
+                                               "\u3000"};
+  for (std::string_view w : kWide) {
+    if (s.substr(0, w.size()) == w) return w.size();
+  }
+  return 0;
+}
+
+size_t trailing_space(std::string_view s) {
+  for (size_t length = 1; length <= 3 && length <= s.size(); ++length) {
+    if (leading_space(s.substr(s.size() - length)) == length) return length;
+  }
+  return 0;
+}
+
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_white(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_white(s.back())) s.remove_suffix(1);
+  while (size_t n = leading_space(s)) s.remove_prefix(n);
+  while (size_t n = trailing_space(s)) s.remove_suffix(n);
   return s;
 }
 
 // Hjson's number: -?(0|[1-9][0-9]*)(\.[0-9]*)?([eE][+-]?[0-9]*)?, and the whole of it must
-// convert (so "1e" is a string) to a finite double (so "1e400" is a string too).
+// convert (so "1e" is a string) to a finite double (so "1e400" is a string too). Only control
+// characters and spaces may follow it (Hjson's rule, narrower than the trim of a string).
 std::optional<json> as_number(std::string_view s) {
   size_t i = 0;
   if (i < s.size() && s[i] == '-') ++i;
@@ -48,7 +72,10 @@ std::optional<json> as_number(std::string_view s) {
     if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
     while (i < s.size() && is_digit(s[i])) ++i;
   }
-  if (i != s.size()) return std::nullopt;
+  for (size_t rest = i; rest < s.size(); ++rest) {
+    if (static_cast<unsigned char>(s[rest]) > ' ') return std::nullopt;
+  }
+  s = s.substr(0, i);
   if (whole) {
     int64_t value = 0;
     auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), value);
@@ -300,12 +327,13 @@ class Parser {
       bool line_end = c == '\r' || c == '\n' || c == '\0';
       if (line_end || c == ',' || c == '}' || c == ']' || c == '#' ||
           (c == '/' && (at(pos_ + 1) == '/' || at(pos_ + 1) == '*'))) {
-        std::string_view text = trim(text_.substr(start, pos_ - start));
+        std::string_view raw = text_.substr(start, pos_ - start);
+        std::string_view text = trim(raw);
         if (first == 't' && text == "true") return true;
         if (first == 'f' && text == "false") return false;
         if (first == 'n' && text == "null") return nullptr;
         if (first == '-' || is_digit(first)) {
-          if (auto number = as_number(text)) return *number;
+          if (auto number = as_number(raw)) return *number;
         }
         if (line_end) return std::string(text);
       }
