@@ -43,9 +43,34 @@ int main(int argc, char** argv) {
   app.add_option("--save-dir", o.save_dir, "checkpoint directory (saves at the end and on Ctrl-C)");
   app.add_option("--save-every", o.save_every, "also save every K steps")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir, if there is one");
+  // Values for the config's "auto" keys only (Hugging Face TrainingArguments' defaults where it
+  // has one; the batch keys have none: an "auto" batch key needs its flag).
+  zero::AutoContext& a = o.auto_values;
+  int64_t micro = 0, accumulation = 0, warmup = 0;
+  double lr = 5e-5, weight_decay = 0, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, max_grad_norm = 1.0;
+  const char* kAuto = "for \"auto\" in the config";
+  app.add_option("--micro-batch", micro, std::string("per-rank micro batch, ") + kAuto)->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", accumulation, std::string("gradient accumulation steps, ") + kAuto)
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", lr, std::string("learning rate, ") + kAuto)->capture_default_str();
+  app.add_option("--weight-decay", weight_decay, std::string("weight decay, ") + kAuto)->capture_default_str();
+  app.add_option("--adam-beta1", beta1, std::string("Adam beta1, ") + kAuto)->capture_default_str();
+  app.add_option("--adam-beta2", beta2, std::string("Adam beta2, ") + kAuto)->capture_default_str();
+  app.add_option("--adam-epsilon", epsilon, std::string("Adam epsilon, ") + kAuto)->capture_default_str();
+  app.add_option("--max-grad-norm", max_grad_norm, std::string("gradient clipping, ") + kAuto)->capture_default_str();
+  app.add_option("--warmup-steps", warmup, std::string("scheduler warmup steps, ") + kAuto)->capture_default_str();
   bool no_bar = false;
   app.add_flag("--no-progress", no_bar, "no progress bar, even on a terminal");
   CLI11_PARSE(app, argc, argv);
+  if (micro) a.micro_batch_size = micro;
+  if (accumulation) a.gradient_accumulation_steps = accumulation;
+  a.learning_rate = lr;
+  a.weight_decay = weight_decay;
+  a.adam_beta1 = beta1;
+  a.adam_beta2 = beta2;
+  a.adam_epsilon = epsilon;
+  a.max_grad_norm = max_grad_norm;
+  a.warmup_steps = warmup;
   if (o.config_path.empty() && o.text.empty() && o.train_data.empty() && o.init.empty()) {
     // The built-in default (scripts/demo): show validation and samples along the way.
     if (app.count("--eval-every") == 0) o.eval_every = 50;

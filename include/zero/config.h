@@ -29,7 +29,8 @@ enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kO
 enum class TagValidation { kIgnore, kWarn, kFail };
 
 // Where an effective value came from, for `zero-config check`.
-enum class ValueSource { kDefault, kFile, kAuto, kAlias };
+// kAutoDefault: the file says "auto" where no rule resolves it, so DeepSpeed's default applies.
+enum class ValueSource { kDefault, kFile, kAuto, kAlias, kAutoDefault };
 
 struct Fp16Config {
   bool enabled = false;
@@ -193,10 +194,12 @@ struct ConfigValue {
 
 class Config {
  public:
-  // Parses and validates; throws ConfigError listing every problem. `origin` names the text in
-  // messages (a file name).
-  static Config parse(const std::string& json_text, const std::string& origin = "<string>");
-  static Config parse_file(const std::string& path);
+  // Parses (Hjson, as DeepSpeed does) and validates; throws ConfigError listing every problem.
+  // `origin` names the text in messages (a file name). `strict` (or the file's "zerocpp":
+  // {"strict": true}) makes every unknown key and every "auto" no rule resolves an error;
+  // otherwise those DeepSpeed ignores or defaults are warnings (docs/config.md).
+  static Config parse(const std::string& json_text, const std::string& origin = "<string>", bool strict = false);
+  static Config parse_file(const std::string& path, bool strict = false);
   // The file as zerocpp's Hjson reader sees it, printed as JSON (`zero-config json`). Throws
   // ConfigError on a syntax error.
   static std::string document_as_json(const std::string& path);

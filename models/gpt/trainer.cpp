@@ -51,7 +51,7 @@ Data load_data(const TrainerOptions& o, int vocab) {
 }
 
 Config load_config(const TrainerOptions& o, const World& world, const GptShape& shape) {
-  AutoContext context;
+  AutoContext context = o.auto_values;
   context.world_size = world.size();
   context.hidden_size = shape.channels;
   context.max_steps = o.steps;

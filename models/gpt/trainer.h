@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/gpt/llmc_files.h"
+#include "zero/config.h"
 #include "models/gpt/sampler.h"
 
 namespace zero {
@@ -48,6 +49,9 @@ struct TrainerOptions {
   std::string save_dir;
   int64_t save_every = 0;
   bool resume = false;
+  // The trainer's values for the config's "auto" keys, as a Hugging Face trainer would give them
+  // (world size, hidden size and total steps are filled in from the run itself).
+  AutoContext auto_values;
   bool progress_bar = false;    // a live bar under the step lines (the CLI sets it for a terminal)
   bool stop_on_signal = false;  // SIGINT/SIGTERM end the run after the current step
 };

@@ -34,11 +34,13 @@ const char* to_string(ValueSource source) {
       return "auto";
     case ValueSource::kAlias:
       return "file (deprecated alias)";
+    case ValueSource::kAutoDefault:
+      return "\"auto\": DeepSpeed's default";
   }
   return "?";
 }
 
-Config Config::parse(const std::string& json_text, const std::string& origin) {
+Config Config::parse(const std::string& json_text, const std::string& origin, bool strict) {
   nlohmann::json document = config_detail::parse_hjson(json_text, origin);
   if (!document.is_object()) {
     throw ConfigError(origin, {"(top level): expected a JSON object, got " + std::string(document.type_name())});
@@ -46,30 +48,46 @@ Config Config::parse(const std::string& json_text, const std::string& origin) {
   Config c;
   c.origin_ = origin;
   Diagnostics diag;
-  ObjectReader root(&document, "", diag);
+  diag.strict = strict;
+  // DeepSpeed reads the top level key by key: an unknown key there is ignored.
+  ObjectReader root(&document, "", diag, config_detail::UnknownKeys::kIgnore);
+  ObjectReader own = root.child("zerocpp");  // zerocpp's own keys; DeepSpeed ignores the block
+  if (own.get_bool("strict", false)) diag.strict = true;
+  own.finish();
 
   bool is_auto = false;
   c.given_train_batch_size_ = root.get_int_or_auto("train_batch_size", 0, 1, &is_auto);
   c.given_micro_batch_ = root.get_int_or_auto("train_micro_batch_size_per_gpu", 0, 1, &is_auto);
   c.given_accumulation_ = root.get_int_or_auto("gradient_accumulation_steps", 0, 1, &is_auto);
   c.gradient_clipping = root.get_double_or_auto("gradient_clipping", 0, 0, 1e308, &is_auto);
-  c.steps_per_print = root.get_int("steps_per_print", 10, 1);
+  // null: never (DeepSpeed 0.15.2's default).
+  const nlohmann::json* print_every = root.raw("steps_per_print");
+  c.steps_per_print = print_every && print_every->is_null() ? 0 : root.get_int("steps_per_print", 10, 1);
   c.wall_clock_breakdown = root.get_bool("wall_clock_breakdown", false);
   c.memory_breakdown = root.get_bool("memory_breakdown", false);
   c.prescale_gradients = root.get_bool("prescale_gradients", false);
   c.gradient_predivide_factor = root.get_double("gradient_predivide_factor", 1.0, 1e-30);
   static const std::vector<std::string> kCommTypes = {"model", "fp32", "fp16", "bf16"};
   c.communication_data_type = static_cast<CommDType>(root.get_choice("communication_data_type", 0, kCommTypes));
-  ObjectReader data_types = root.child("data_types");
-  static const std::vector<std::string> kAccumTypes = {"fp32", "fp16", "bf16"};
-  c.grad_accum_dtype = static_cast<CommDType>(1 + data_types.get_choice("grad_accum_dtype", 0, kAccumTypes));
+  // Sequence parallelism's all-to-all type: checked as DeepSpeed checks it; zerocpp has no
+  // sequence parallelism, so it has no effect.
+  root.get_choice("seq_parallel_comm_data_type", 1, kCommTypes);
+  ObjectReader data_types = root.child("data_types", config_detail::UnknownKeys::kIgnore);
+  c.grad_accum_dtype = config_detail::read_grad_accum_dtype(data_types, diag);
   data_types.finish();
   c.zero_allow_untested_optimizer = root.get_bool("zero_allow_untested_optimizer", false);
   c.zero_force_ds_cpu_optimizer = root.get_bool("zero_force_ds_cpu_optimizer", true);
   c.seed = root.get_int("seed", 1234, 0);
-  root.require_default("dump_state", false);
-  root.require_default("disable_allgather", false);
-  root.accept({"dataloader_drop_last"});  // a data-loader hint; zero-train always drops the last partial batch
+  // Read by DeepSpeed but acted on by nothing that changes training (dump_state prints the
+  // engine's state once; disable_allgather is read and never used; graph_harvesting is CUDA
+  // graphs; vocabulary_size only feeds a warning; dataloader_drop_last is a data-loader hint,
+  // and zero-train always drops the last partial batch).
+  root.get_bool("dump_state", false);
+  root.get_bool("disable_allgather", false);
+  root.get_bool("graph_harvesting", false);
+  root.get_bool("use_data_before_expert_parallelism", false);
+  root.get_int("vocabulary_size", 0, 0);
+  root.get_bool("dataloader_drop_last", false);
 
   config_detail::read_precision(root, c, diag);
   config_detail::read_zero_optimization(root, c.zero, diag);
@@ -107,7 +125,7 @@ std::string read_text_file(const std::string& path) {
 
 }  // namespace
 
-Config Config::parse_file(const std::string& path) { return parse(read_text_file(path), path); }
+Config Config::parse_file(const std::string& path, bool strict) { return parse(read_text_file(path), path, strict); }
 
 std::string Config::document_as_json(const std::string& path) {
   return config_detail::parse_hjson(read_text_file(path), path).dump(2);

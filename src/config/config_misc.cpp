@@ -3,7 +3,8 @@
 namespace zero::config_detail {
 
 void read_precision(ObjectReader& root, Config& config, Diagnostics& diag) {
-  ObjectReader fp16 = root.child("fp16");
+  // DeepSpeed reads fp16 and bf16 key by key (files carry fp16.opt_level, loss-scale keys in bf16).
+  ObjectReader fp16 = root.child("fp16", UnknownKeys::kIgnore);
   bool is_auto = false;
   Fp16Config& f = config.fp16;
   f.enabled = fp16.get_bool_or_auto("enabled", false, &is_auto);
@@ -23,15 +24,18 @@ void read_precision(ObjectReader& root, Config& config, Diagnostics& diag) {
   } else if (alias) {
     diag.warnings.push_back("bfloat16 is deprecated: use bf16");
   }
-  ObjectReader bf16 = root.child(alias && !root.has("bf16") ? "bfloat16" : "bf16");
+  ObjectReader bf16 = root.child(alias && !root.has("bf16") ? "bfloat16" : "bf16", UnknownKeys::kIgnore);
   config.bf16 = bf16.get_bool_or_auto("enabled", false, &is_auto);
+  // When DeepSpeed's BF16_Optimizer (bf16 without ZeRO) folds gradients into fp32: zerocpp
+  // accumulates in the dtype data_types.grad_accum_dtype names either way.
+  bf16.get_bool("immediate_grad_update", false);
   bf16.finish();
   root.accept({"bfloat16"});
 }
 
 void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   auto read_monitor = [&](const char* key, MonitorConfig& m) {
-    ObjectReader b = root.child(key);
+    ObjectReader b = root.child(key);  // DeepSpeed's pydantic monitor blocks: unknown keys refused
     m.enabled = b.get_bool("enabled", false);
     m.output_path = b.get_string("output_path", "");
     m.job_name = b.get_string("job_name", "DeepSpeedJobName");
@@ -54,7 +58,7 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   read_service("comet", {"samples_log_interval", "project", "workspace", "api_key", "experiment_name", "experiment_key",
                          "online", "mode"});
 
-  ObjectReader cl = root.child("comms_logger");
+  ObjectReader cl = root.child("comms_logger");  // a pydantic block in DeepSpeed
   CommsLoggerConfig& c = config.comms_logger;
   c.enabled = cl.get_bool("enabled", false);
   c.verbose = cl.get_bool("verbose", false);
@@ -63,17 +67,18 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   c.debug = cl.get_bool("debug", false);
   cl.finish();
 
-  ObjectReader fp = root.child("flops_profiler");
+  ObjectReader fp = root.child("flops_profiler", UnknownKeys::kIgnore);
   FlopsProfilerConfig& f = config.flops_profiler;
   f.enabled = fp.get_bool("enabled", false);
-  f.profile_step = fp.get_int("profile_step", 1, 1);
+  f.profile_step = fp.get_int("profile_step", 1, -1);  // -1 (as real files write): never
+  fp.get_double("recompute_fwd_factor", 0.0, 0.0);
   f.module_depth = fp.get_int("module_depth", -1, -1);
   f.top_modules = fp.get_int("top_modules", 1, 1);
   f.detailed = fp.get_bool("detailed", true);
   f.output_file = fp.get_string("output_file", "");
   fp.finish();
 
-  ObjectReader ac = root.child("activation_checkpointing");
+  ObjectReader ac = root.child("activation_checkpointing", UnknownKeys::kIgnore);
   ActivationCheckpointingConfig& a = config.activation_checkpointing;
   a.partition_activations = ac.get_bool("partition_activations", false);
   a.cpu_checkpointing = ac.get_bool("cpu_checkpointing", false);
@@ -84,60 +89,163 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   a.profile = ac.get_bool("profile", false);
   ac.finish();
 
-  ObjectReader ck = root.child("checkpoint");
+  ObjectReader ck = root.child("checkpoint", UnknownKeys::kIgnore);
   static const std::vector<std::string> kTagValidation = {"Ignore", "Warn", "Fail"};
   config.checkpoint.tag_validation = static_cast<TagValidation>(ck.get_choice("tag_validation", 1, kTagValidation));
   config.checkpoint.load_universal = ck.get_bool("load_universal", false);
   config.checkpoint.use_node_local_storage = ck.get_bool("use_node_local_storage", false);
+  ObjectReader parallel_write = ck.child("parallel_write", UnknownKeys::kIgnore);
+  parallel_write.get_bool("pipeline_stage", false);  // pipeline parallelism's checkpoint layout
+  parallel_write.finish();
   ck.finish();
+
+  // timers.throughput is a pydantic block in DeepSpeed; the rest of "timers" is read key by key.
+  ObjectReader timers = root.child("timers", UnknownKeys::kIgnore);
+  ObjectReader throughput = timers.child("throughput");
+  throughput.get_bool("enabled", true);
+  throughput.get_bool("synchronized", true);
+  throughput.finish();
+  timers.finish();
+}
+
+namespace {
+
+// True when the block holds "enabled": true anywhere inside (compression_training's techniques
+// each carry their own switch).
+bool enabled_anywhere(const nlohmann::json& v) {
+  if (!v.is_object() && !v.is_array()) return false;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (v.is_object() && it.key() == "enabled" && *it == true) return true;
+    if (enabled_anywhere(*it)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CommDType read_grad_accum_dtype(ObjectReader& data_types, Diagnostics& diag) {
+  static const std::vector<std::string> kSpellings = {
+      "fp32", "float32", "float", "torch.float32", "fp16", "float16", "half", "torch.float16", "bf16", "bfloat16",
+      "torch.bfloat16"};
+  const nlohmann::json* v = data_types.raw("grad_accum_dtype");
+  if (v && *v == "int8") {
+    diag.problem(data_types.path_of("grad_accum_dtype"), "int8 gradient accumulation is not supported by zerocpp");
+    return CommDType::kFp32;
+  }
+  size_t i = data_types.get_choice("grad_accum_dtype", 0, kSpellings);
+  return i < 4 ? CommDType::kFp32 : i < 8 ? CommDType::kFp16 : CommDType::kBf16;
 }
 
 void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
-  // Keys of DeepSpeed features zerocpp does not implement. Written switched off (false, or an
-  // object with "enabled": false) they are accepted with a warning; anything else is rejected.
-  static const char* kFeatures[] = {"tensor_parallel",
-                                    "pipeline_parallel",
-                                    "pipeline",
-                                    "moe",
-                                    "elasticity",
-                                    "autotuning",
-                                    "amp",
-                                    "sparse_attention",
-                                    "compression_training",
-                                    "hybrid_engine",
-                                    "data_efficiency",
-                                    "curriculum_learning",
-                                    "progressive_layer_drop",
-                                    "eigenvalue",
-                                    "quantize_training",
-                                    "nebula",
-                                    "compile",
-                                    "weight_quantization",
-                                    "sparse_gradients",
-                                    "sequence_parallel_size"};
-  for (const char* key : kFeatures) {
-    const nlohmann::json* v = root.raw(key);
+  // DeepSpeed features that change training and that zerocpp does not have: refused when
+  // switched on (or, where DeepSpeed itself fails without "enabled", when that is missing),
+  // accepted with a warning when switched off.
+  struct Feature {
+    const char* key;
+    const char* name;
+    bool needs_enabled;  // DeepSpeed raises KeyError('enabled') without it
+  };
+  static const Feature kSwitched[] = {{"curriculum_learning", "curriculum learning", true},
+                                      {"progressive_layer_drop", "progressive layer drop", true},
+                                      {"data_efficiency", "data efficiency (curriculum data sampling, random-LTD)", false},
+                                      {"elasticity", "elastic training", false},
+                                      {"amp", "apex AMP (use fp16 or bf16)", true},
+                                      {"hybrid_engine", "the hybrid (RLHF generation) engine", false},
+                                      {"nebula", "the Azure Nebula checkpoint service", false}};
+  for (const Feature& f : kSwitched) {
+    const nlohmann::json* v = root.raw(f.key);
     if (!v) continue;
-    bool switched_off =
-        (v->is_boolean() && !v->get<bool>()) || (v->is_object() && v->contains("enabled") && (*v)["enabled"] == false);
-    if (switched_off) {
-      diag.warnings.push_back(std::string(key) + ": switched off; zerocpp does not support it");
+    if (!v->is_object()) {
+      diag.problem(f.key, "expected an object, got " + v->dump());
+    } else if (v->contains("enabled") && (*v)["enabled"] == true) {
+      diag.problem(f.key, std::string(f.name) + " is not supported by zerocpp");
+    } else if (f.needs_enabled && !v->contains("enabled")) {
+      diag.problem(std::string(f.key) + ".enabled", "missing (DeepSpeed fails without it)");
     } else {
-      diag.problem(key, "not supported by zerocpp: " + std::string(key));
+      diag.warnings.push_back(std::string(f.key) + ": switched off; zerocpp does not have " + f.name);
     }
+  }
+
+  if (const nlohmann::json* v = root.raw("compression_training")) {
+    if (enabled_anywhere(*v)) {
+      diag.problem("compression_training", "compression (quantization, pruning, distillation) is not supported by zerocpp");
+    } else {
+      diag.warnings.push_back("compression_training: every technique switched off; zerocpp does not have compression");
+    }
+  }
+  // Read by model code (DeepSpeed's SparseSelfAttention): a model built from it is not dense.
+  if (root.raw("sparse_attention")) {
+    diag.problem("sparse_attention", "sparse attention is not supported by zerocpp (its models attend densely)");
+  }
+  // DeepSpeed 0.16.4's AutoTP training; earlier versions ignore the block.
+  ObjectReader tp = root.child("tensor_parallel", UnknownKeys::kIgnore);
+  if (tp.get_int("autotp_size", 0, 0) > 1) {
+    diag.problem("tensor_parallel.autotp_size", "tensor parallelism is not supported by zerocpp");
+  }
+  if (tp.get_int("tp_size", 1, 1) > 1) {
+    diag.problem("tensor_parallel.tp_size", "tensor parallelism is not supported by zerocpp");
+  }
+  for (const char* sub : {"tp", "tensor_parallel"}) {
+    ObjectReader inner = tp.child(sub, UnknownKeys::kIgnore);
+    if (inner.get_int("tp_size", 1, 1) > 1) {
+      diag.problem(inner.path_of("tp_size"), "tensor parallelism is not supported by zerocpp");
+    }
+    inner.finish();
+  }
+  tp.finish();
+  // Not a DeepSpeed key, but what a Megatron-style file asking for pipeline stages says.
+  ObjectReader pp = root.child("pipeline_parallel", UnknownKeys::kIgnore);
+  if (pp.get_int("pp_size", 1, 1) > 1) {
+    diag.problem("pipeline_parallel.pp_size", "pipeline parallelism is not supported by zerocpp");
+  }
+  pp.finish();
+  // DeepSpeed 0.15's device mesh: sequence parallelism over more than one rank changes training.
+  if (root.get_int("sequence_parallel_size", 1, 1) > 1) {
+    diag.problem("sequence_parallel_size", "sequence parallelism is not supported by zerocpp");
+  }
+  root.get_int("data_parallel_size", 0, 0);  // with sequence_parallel_size 1: the world size
+  // Weight quantization (pydantic in DeepSpeed): on when either of its parts is given.
+  ObjectReader wq = root.child("weight_quantization");
+  for (const char* part : {"quantized_initialization", "post_init_quant"}) {
+    const nlohmann::json* p = wq.raw(part);
+    if (p && !(p->is_object() && p->empty())) {
+      diag.problem(wq.path_of(part), "weight quantization is not supported by zerocpp");
+    }
+  }
+  wq.finish();
+
+  // Acted on by DeepSpeed's launcher or by nothing that changes the numbers.
+  if (const nlohmann::json* v = root.raw("autotuning"); v && enabled_anywhere(*v)) {
+    diag.warnings.push_back("autotuning: acted on only by DeepSpeed's launcher with --autotuning; ignored");
+  }
+  if (root.raw("compile")) {
+    diag.warnings.push_back("compile: LibTorch has no torch.compile (and DeepSpeed 0.14.4+ ignores the key); ignored");
+  }
+  if (const nlohmann::json* v = root.raw("pipeline")) {
+    (void)v;
+    diag.warnings.push_back("pipeline: used only by DeepSpeed's PipelineModule; zerocpp trains the model data-parallel");
+  }
+  if (root.get_bool("sparse_gradients", false)) {
+    diag.warnings.push_back("sparse_gradients: no effect; zerocpp's embeddings produce dense gradients (same sums)");
   }
 }
 
-void check_cross_key_rules(const Config& c, Diagnostics& diag) {
+void check_cross_key_rules(Config& c, Diagnostics& diag) {
   if (c.fp16.enabled && c.bf16) diag.problem("fp16.enabled", "fp16 and bf16 cannot both be enabled");
-  const ZeroConfig& z = c.zero;
+  ZeroConfig& z = c.zero;
+  // DeepSpeed passes offload_param to stage 3 only and offload_optimizer to stages 1-3 only.
   if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
-    diag.problem("zero_optimization.offload_param.device",
-                 "parameter offload needs zero_optimization.stage 3, the stage is " + std::to_string(z.stage));
+    diag.warnings.push_back("zero_optimization.offload_param: ignored at stage " + std::to_string(z.stage) +
+                            " (parameters are offloaded at stage 3 only), as DeepSpeed does");
+    z.offload_param.device = OffloadDevice::kNone;
   }
   if (z.offload_optimizer.device != OffloadDevice::kNone && z.stage == 0) {
-    diag.problem("zero_optimization.offload_optimizer.device",
-                 "optimizer offload needs zero_optimization.stage 1, 2 or 3, the stage is 0");
+    diag.warnings.push_back("zero_optimization.offload_optimizer: ignored at stage 0, as DeepSpeed does");
+    z.offload_optimizer.device = OffloadDevice::kNone;
+  }
+  if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
+    diag.problem("zero_optimization.offload_optimizer.ratio",
+                 "partial offloading (ratio < 1) needs stage 3, as DeepSpeed 0.15+ requires");
   }
   if (z.offload_optimizer.device == OffloadDevice::kNvme && z.offload_optimizer.nvme_path.empty()) {
     diag.problem("zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");

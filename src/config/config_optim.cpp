@@ -15,7 +15,17 @@ const std::vector<OptimizerName> kOptimizers = {{"Adam", OptimizerType::kAdam},
                                                 {"Lamb", OptimizerType::kLamb},
                                                 {"Lion", OptimizerType::kLion},
                                                 {"SGD", OptimizerType::kSgd}};
-const std::vector<std::string> kCommunicationCompressed = {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+// DeepSpeed's optimizers zerocpp does not have, with what to call them in the refusal.
+struct MissingOptimizer {
+  const char* name;
+  const char* what;
+};
+const std::vector<MissingOptimizer> kMissing = {
+    {"OneBitAdam", "1-bit Adam"},   {"ZeroOneAdam", "0/1 Adam"},    {"OneBitLamb", "1-bit LAMB"},
+    {"MuAdam", "muP Adam"},         {"MuAdamW", "muP AdamW"},       {"MuSGD", "muP SGD"},
+    {"RMSprop", "torch's RMSprop"}, {"Adamax", "torch's Adamax"},   {"Adadelta", "torch's Adadelta"},
+    {"ASGD", "torch's ASGD"},       {"NAdam", "torch's NAdam"},     {"RAdam", "torch's RAdam"},
+    {"Rprop", "torch's Rprop"},     {"LBFGS", "torch's LBFGS"},     {"SparseAdam", "torch's SparseAdam"}};
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -53,7 +63,10 @@ void read_betas(ObjectReader& params, OptimizerConfig& o, Diagnostics& diag, dou
 }  // namespace
 
 void read_optimizer(ObjectReader& root, OptimizerConfig& o, Diagnostics& diag) {
-  ObjectReader block = root.child("optimizer");
+  // DeepSpeed reads type, params and legacy_fusion and ignores the rest of the block; params
+  // go to the optimizer's constructor as keyword arguments, which refuse unknown ones.
+  ObjectReader block = root.child("optimizer", UnknownKeys::kIgnore);
+  block.get_bool("legacy_fusion", false);
   if (!block.present()) {
     block.finish();
     return;
@@ -75,16 +88,14 @@ void read_optimizer(ObjectReader& root, OptimizerConfig& o, Diagnostics& diag) {
   ObjectReader params = block.child("params");
   block.finish();
   if (o.type == OptimizerType::kNone) {
-    for (const auto& c : kCommunicationCompressed) {
-      if (lower(c) == lower(o.type_name)) {
-        diag.problem(
-            block.path_of("type"),
-            "\"" + o.type_name + "\" is not supported by zerocpp (it is incompatible with ZeRO, as in DeepSpeed)");
+    for (const auto& m : kMissing) {
+      if (lower(m.name) == lower(o.type_name)) {
+        diag.problem(block.path_of("type"), std::string(m.what) + " is not supported by zerocpp");
         return;
       }
     }
     std::string hint = closest_match(o.type_name, names);
-    diag.problem(block.path_of("type"), "unknown optimizer \"" + o.type_name + "\"" +
+    diag.problem(block.path_of("type"), "not an optimizer DeepSpeed knows: \"" + o.type_name + "\"" +
                                             (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
     return;
   }
@@ -113,6 +124,7 @@ void read_optimizer(ObjectReader& root, OptimizerConfig& o, Diagnostics& diag) {
       } else {
         o.adam_w_mode = params.get_bool("adam_w_mode", true);
         o.torch_adam = params.get_bool("torch_adam", false);
+        params.require_default("amsgrad", false);  // DeepSpeed's FusedAdam refuses it too
       }
       break;
     case OptimizerType::kAdagrad:
@@ -134,7 +146,7 @@ void read_optimizer(ObjectReader& root, OptimizerConfig& o, Diagnostics& diag) {
 }
 
 void read_scheduler(ObjectReader& root, SchedulerConfig& s, Diagnostics& diag) {
-  ObjectReader block = root.child("scheduler");
+  ObjectReader block = root.child("scheduler", UnknownKeys::kIgnore);  // params: constructor arguments
   if (!block.present()) {
     block.finish();
     return;

@@ -13,7 +13,7 @@ namespace {
 using config_detail::Diagnostics;
 
 // The triad as DeepSpeed resolves it: any two of the three determine the third.
-void resolve_triad(Config& c, int64_t tbs, int64_t micro, int64_t gas, int world, Diagnostics& diag) {
+void resolve_triad(Config& c, int64_t tbs, int64_t micro, int64_t gas, int world, bool micro_auto, Diagnostics& diag) {
   auto split = [&](int64_t total, int64_t divisor, const char* what) -> int64_t {
     if (total % divisor != 0) {
       diag.problem("train_batch_size", std::to_string(total) + " is not divisible by " + what + " = " +
@@ -42,7 +42,10 @@ void resolve_triad(Config& c, int64_t tbs, int64_t micro, int64_t gas, int world
     gas = 1;
     tbs = micro * world;
   } else {
-    diag.problem("train_batch_size", "either train_batch_size or train_micro_batch_size_per_gpu must be given");
+    diag.problem(micro_auto ? "train_micro_batch_size_per_gpu" : "train_batch_size",
+                 micro_auto ? "\"auto\" cannot be resolved: it needs the trainer's micro batch size (zero-train "
+                              "--micro-batch)"
+                            : "either train_batch_size or train_micro_batch_size_per_gpu must be given");
   }
   // Values the triad computed (rather than read) are marked "auto".
   if (tbs != c.train_batch_size) diag.record("train_batch_size", tbs, ValueSource::kAuto);
@@ -148,7 +151,9 @@ void Config::resolve(const AutoContext& ctx) {
     }
     unresolved.push_back(path);
   }
-  resolve_triad(*this, tbs, micro, gas, ctx.world_size, diag);
+  const bool micro_auto =
+      std::find(autos_.begin(), autos_.end(), "train_micro_batch_size_per_gpu") != autos_.end();
+  resolve_triad(*this, tbs, micro, gas, ctx.world_size, micro_auto, diag);
   world_size = ctx.world_size;
   config_detail::check_cross_key_rules(*this, diag);
   values_ = std::move(diag.values);

@@ -103,8 +103,53 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   return (best_distance <= limit || (prefix && word.size() >= 4)) ? best : std::string();
 }
 
-ObjectReader::ObjectReader(const json* object, std::string path, Diagnostics& diagnostics)
-    : object_(object), path_(std::move(path)), diag_(diagnostics) {}
+std::string near_miss(std::string_view word, const std::vector<std::string>& candidates) {
+  std::vector<std::string> words = tokens(word);
+  std::string best;
+  size_t best_distance = 3;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  if (!best.empty() || words.size() < 2) return best;
+  for (const auto& c : candidates) {
+    std::vector<std::string> have = tokens(c);
+    bool all = std::all_of(words.begin(), words.end(), [&](const std::string& w) {
+      return std::find(have.begin(), have.end(), w) != have.end();
+    });
+    if (all && (best.empty() || c.size() < best.size())) best = c;
+  }
+  return best;
+}
+
+ObjectReader::ObjectReader(const json* object, std::string path, Diagnostics& diagnostics, UnknownKeys unknown)
+    : object_(object), path_(std::move(path)), diag_(diagnostics), unknown_(unknown) {}
+
+bool ObjectReader::auto_to_default(std::string_view key, const json* value, const json& fallback) {
+  if (!value || !is_auto_string(*value)) return false;
+  if (diag_.strict) {
+    diag_.problem(path_of(key), "\"auto\" has no resolution rule here (strict mode: give a value)");
+  } else {
+    diag_.warnings.push_back(path_of(key) + ": \"auto\" with no rule to resolve it: DeepSpeed's default " +
+                             (fallback.is_null() ? std::string("(absent)") : fallback.dump()) + " applies");
+  }
+  diag_.record(path_of(key), fallback, ValueSource::kAutoDefault);
+  return true;
+}
+
+std::string_view ObjectReader::spelling(std::string_view name, std::string_view alias) {
+  known_.insert(std::string(name));
+  known_.insert(std::string(alias));
+  bool has_name = has(name), has_alias = has(alias);
+  if (has_name && has_alias) {
+    diag_.problem(path_of(alias), "given twice, also as " + std::string(name) +
+                                      " (DeepSpeed refuses both spellings of one field): keep one");
+  }
+  return has_alias && !has_name ? alias : name;
+}
 
 std::string ObjectReader::path_of(std::string_view key) const {
   return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
@@ -145,6 +190,7 @@ bool ObjectReader::get_bool(std::string_view key, bool fallback) {
     record_default(key, fallback);
     return fallback;
   }
+  if (auto_to_default(key, v, fallback)) return fallback;
   if (!v->is_boolean()) {
     diag_.problem(path_of(key), "expected true or false, got " + describe(*v));
     return fallback;
@@ -159,6 +205,7 @@ int64_t ObjectReader::get_int(std::string_view key, int64_t fallback, int64_t mi
     record_default(key, fallback);
     return fallback;
   }
+  if (auto_to_default(key, v, fallback)) return fallback;
   std::string range = min == INT64_MIN   ? "an integer"
                       : max == INT64_MAX ? "an integer >= " + std::to_string(min)
                                          : "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
@@ -195,6 +242,7 @@ double ObjectReader::get_double(std::string_view key, double fallback, double mi
     record_default(key, fallback);
     return fallback;
   }
+  if (auto_to_default(key, v, fallback)) return fallback;
   if (!v->is_number()) {
     diag_.problem(path_of(key), "expected a number, got " + describe(*v));
     return fallback;
@@ -215,6 +263,7 @@ std::string ObjectReader::get_string(std::string_view key, const std::string& fa
     record_default(key, fallback);
     return fallback;
   }
+  if (auto_to_default(key, v, fallback)) return fallback;
   if (!v->is_string()) {
     diag_.problem(path_of(key), "expected a string, got " + describe(*v));
     return fallback;
@@ -229,6 +278,7 @@ size_t ObjectReader::get_choice(std::string_view key, size_t fallback, const std
     record_default(key, choices[fallback]);
     return fallback;
   }
+  if (auto_to_default(key, v, choices[fallback])) return fallback;
   std::string accepted;
   for (const auto& c : choices) accepted += (accepted.empty() ? "" : ", ") + json(c).dump();
   if (v->is_string()) {
@@ -273,6 +323,7 @@ std::vector<std::string> ObjectReader::get_string_list(std::string_view key) {
     record_default(key, json::array());
     return out;
   }
+  if (auto_to_default(key, v, json::array())) return out;
   if (!v->is_array()) {
     diag_.problem(path_of(key), "expected a list of strings, got " + describe(*v));
     return out;
@@ -288,23 +339,37 @@ std::vector<std::string> ObjectReader::get_string_list(std::string_view key) {
   return out;
 }
 
-ObjectReader ObjectReader::child(std::string_view key) {
+ObjectReader ObjectReader::child(std::string_view key, UnknownKeys unknown) {
   const json* v = lookup(key);
-  if (v && !v->is_object()) {
+  if (auto_to_default(key, v, nullptr)) {
+    v = nullptr;
+  } else if (v && !v->is_object()) {
     diag_.problem(path_of(key), "expected an object, got " + describe(*v));
     v = nullptr;
   }
-  return ObjectReader(v, path_of(key), diag_);
+  return ObjectReader(v, path_of(key), diag_, unknown);
 }
 
 void ObjectReader::finish() {
   if (!object_) return;
   std::vector<std::string> candidates(known_.begin(), known_.end());
   for (auto it = object_->begin(); it != object_->end(); ++it) {
-    if (known_.count(it.key())) continue;
-    std::string suggestion = closest_match(it.key(), candidates);
-    diag_.problem(path_of(it.key()),
-                  "unknown key" + (suggestion.empty() ? std::string() : " (did you mean \"" + suggestion + "\"?)"));
+    const std::string& key = it.key();
+    if (known_.count(key)) continue;
+    if (unknown_ == UnknownKeys::kIgnore && !diag_.strict) {
+      if (!key.empty() && key[0] == '_') continue;  // a comment, by the usual convention
+      std::string miss = near_miss(key, candidates);
+      if (miss.empty()) {
+        diag_.warnings.push_back(path_of(key) + ": unknown key, ignored, as DeepSpeed does");
+        continue;
+      }
+      diag_.problem(path_of(key), "unknown key (did you mean \"" + miss + "\"?)");
+      continue;
+    }
+    std::string suggestion = closest_match(key, candidates);
+    std::string why = unknown_ == UnknownKeys::kIgnore ? " (DeepSpeed ignores it; strict mode refuses it)" : "";
+    diag_.problem(path_of(key), "unknown key" + why +
+                                    (suggestion.empty() ? std::string() : " (did you mean \"" + suggestion + "\"?)"));
   }
 }
 

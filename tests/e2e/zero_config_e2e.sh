@@ -28,7 +28,7 @@ check defaults 0 'zero_optimization\.allgather_bucket_size +500000000 +default' 
 check triad 0 'train_batch_size +16 +auto' -- "$bin/zero-config" check "$cfg/ds_zero3.json" --world-size 4 --hidden-size 8
 check unresolved_listed 0 'left unresolved' -- "$bin/zero-config" check "$cfg/ds_zero3.json"
 check unresolved_strict 1 'needs the model.s hidden size' -- "$bin/zero-config" check "$cfg/ds_zero3.json" --strict
-check pattern_c 1 'tensor_parallel: not supported by zerocpp' -- "$bin/zero-config" check "$cfg/pattern_c_3d.json"
+check pattern_c 1 'tensor_parallel.tp_size: tensor parallelism is not supported by zerocpp' -- "$bin/zero-config" check "$cfg/pattern_c_3d.json"
 printf '{"zero_optimization": {"stgae": 2}, "train_batch_size": 8}' > "$tmp/typo.json"
 check typo 1 'zero_optimization\.stgae: unknown key \(did you mean "stage"\?\)' -- "$bin/zero-config" check "$tmp/typo.json"
 check missing_file 1 'cannot open the config file: /nonexistent.json' -- "$bin/zero-config" check /nonexistent.json
