@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   check->add_option("--max-grad-norm", max_grad_norm, "trainer's clipping norm, for \"auto\"")
       ->check(CLI::NonNegativeNumber);
   bool strict = false;
-  check->add_flag("--strict", strict, "treat \"auto\" values that cannot be resolved as errors");
+  check->add_flag("--strict", strict,
+                  "unknown keys and \"auto\" values no rule resolves are errors (also: \"zerocpp\": {\"strict\": true})");
   CLI::App* as_json = app.add_subcommand("json", "print FILE (JSON or Hjson) as JSON, as zerocpp reads it");
   std::string json_file;
   as_json->add_option("FILE", json_file, "the DeepSpeed config")->required();
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
   if (max_grad_norm >= 0) ctx.max_grad_norm = max_grad_norm;
   ctx.allow_unresolved = !strict;
   try {
-    zero::Config config = zero::Config::parse_file(file);
+    zero::Config config = zero::Config::parse_file(file, strict);
     config.resolve(ctx);
     size_t width = 0;
     for (const auto& v : config.values()) width = std::max(width, v.path.size());

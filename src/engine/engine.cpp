@@ -126,7 +126,9 @@ void Engine::gather_bucket(int b) {
   const at::Tensor& buffer = s.flat->buffer(b);
   const int n = s.flat->layout().world_size();
   const int64_t shard = s.flat->layout().buckets()[static_cast<size_t>(b)].shard;
-  const int64_t columns = std::max<int64_t>(1, s.config.zero.allgather_bucket_size / n);
+  // 0: no limit (DeepSpeed's usual all_gather_into_tensor path ignores the size too).
+  const int64_t limit = s.config.zero.allgather_bucket_size;
+  const int64_t columns = limit == 0 ? shard : std::max<int64_t>(1, limit / n);
   if (columns >= shard) {
     s.comm.all_gather(s.flat->shard(buffer, b, s.owner_rank), buffer, {.async = false});
     return;
@@ -225,9 +227,11 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   std::vector<at::Tensor> adopted;  // per unit: the bucket zero::Init made
   for (const UnitBase* unit : units.units)
     adopted.push_back(unit->partitioned() ? unit->partitioned()->buffer : at::Tensor());
+  // reduce_bucket_size 0 is DeepSpeed's too: every parameter its own bucket.
   s.flat = std::make_unique<engine::FlatParams>(
-      std::move(params), partitions, stage3 ? engine::kWholeGroupBucket : config.zero.reduce_bucket_size,
-      units.group_of, adopted);
+      std::move(params), partitions,
+      stage3 ? engine::kWholeGroupBucket : std::max<int64_t>(1, config.zero.reduce_bucket_size), units.group_of,
+      adopted);
   std::optional<at::ScalarType> wire;
   switch (config.communication_data_type) {
     case CommDType::kFp32:
@@ -277,6 +281,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       fragments.fragments.push_back({f->owned_offset, f->param_end - f->param_begin, i});
     }
   }
+  // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
+  const int64_t sub_group = config.zero.sub_group_size;
+  s.tiles = sub_group == 0 ? optim::tiles_per_parameter(s.master.numel(), fragments.fragments)
+                           : optim::tiles_of(s.master.numel(), sub_group);
   if (partitions > 1) {
     fragments.sum_over_ranks = [&comm = s.comm](const at::Tensor& sums) {
       comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
@@ -285,7 +293,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   s.optimizer = optim::make_flat_optimizer(
       config.optimizer, s.master.numel(),
       decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()), std::move(fragments),
-      config.zero.sub_group_size);
+      std::max<int64_t>(1, sub_group));
+  s.optimizer->use_tiles(s.tiles);
 }
 
 Engine::~Engine() = default;
@@ -331,7 +340,7 @@ void Engine::step() {
   at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
   const double average = s.reducer->averaging_factor();
   // Everything below runs in tiles of sub_group_size elements (DeepSpeed's unit of the step).
-  const std::vector<optim::Tile> tiles = optim::tiles_of(grads.numel(), s.config.zero.sub_group_size);
+  const std::vector<optim::Tile>& tiles = s.tiles;
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, tile by tile
   // in one fused pass (no temporaries); padding elements are zero and add nothing. It is not
   // finite exactly when some gradient is not: the fp16 overflow check reads it too.

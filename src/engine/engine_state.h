@@ -29,6 +29,7 @@ struct Engine::State {
   at::Tensor master;                       // fp32, the owned shards of every bucket, bucket after bucket
   bool master_is_params = false;           // fp32 model, one partition: master is flat->whole()
   std::unique_ptr<optim::FlatOptimizer> optimizer;
+  std::vector<optim::Tile> tiles;  // the step's slices of the owned buffer (sub_group_size)
   LrSchedule schedule;
   LossScaler scaler;
   int owner_rank = 0;  // which shard of each bucket this rank owns (0 at stage 0: all of it)

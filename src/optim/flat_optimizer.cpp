@@ -224,6 +224,21 @@ void FlatOptimizer::for_decay_pieces_in(Tile t, Fn&& fn) const {
   if (at < end) fn(at - t.offset, end - at, 0.0);
 }
 
+std::vector<Tile> tiles_per_parameter(int64_t numel, const std::vector<ParamFragments::Fragment>& fragments) {
+  std::vector<ParamFragments::Fragment> sorted = fragments;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::vector<Tile> out;
+  int64_t at = 0;
+  for (const auto& f : sorted) {
+    if (f.length == 0) continue;
+    if (f.offset > at) out.push_back({at, f.offset - at});
+    out.push_back({f.offset, f.length});
+    at = f.offset + f.length;
+  }
+  if (at < numel) out.push_back({at, numel - at});
+  return out;
+}
+
 std::vector<Tile> tiles_of(int64_t numel, int64_t tile) {
   std::vector<Tile> out;
   for (int64_t offset = 0; offset < numel; offset += tile) out.push_back({offset, std::min(tile, numel - offset)});

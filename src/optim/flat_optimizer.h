@@ -54,6 +54,9 @@ struct Tile {
 
 // [0, numel) cut into slices of at most `tile` elements.
 std::vector<Tile> tiles_of(int64_t numel, int64_t tile);
+// [0, numel) cut at every fragment's ends: one tile per parameter fragment, and one per gap
+// (padding) between them. DeepSpeed's sub_group_size 0: every parameter its own sub-group.
+std::vector<Tile> tiles_per_parameter(int64_t numel, const std::vector<ParamFragments::Fragment>& fragments);
 
 class FlatOptimizer {
  public:
@@ -62,6 +65,8 @@ class FlatOptimizer {
   // element-wise: the result does not depend on the tile.
   FlatOptimizer(std::vector<DecayRun> runs, int64_t tile) : runs_(std::move(runs)), tile_(tile) {}
   virtual ~FlatOptimizer() = default;
+  // Steps over exactly these tiles (covering the buffer in order) instead of `tile`-sized ones.
+  void use_tiles(std::vector<Tile> tiles) { tiles_ = std::move(tiles); }
   // params and grads: contiguous fp32 of the same size (the size given at construction).
   virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p);
   // Named state tensors (checkpoints, memory reports).
@@ -73,7 +78,7 @@ class FlatOptimizer {
   // Unless fuses_grad_scale(), `grads` was already multiplied by p.grad_scale.
   virtual void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) = 0;
   virtual bool fuses_grad_scale() const { return false; }
-  std::vector<Tile> tiles(int64_t numel) const { return tiles_of(numel, tile_); }
+  std::vector<Tile> tiles(int64_t numel) const { return tiles_.empty() ? tiles_of(numel, tile_) : tiles_; }
   // fn(begin, length, weight_decay) for consecutive pieces covering tile t, relative to it (a
   // piece outside every run, e.g. padding, has weight decay 0).
   template <class Fn>
@@ -90,6 +95,7 @@ class FlatOptimizer {
   void for_runs_in(Tile t, Fn&& fn) const;
   std::vector<DecayRun> runs_;
   int64_t tile_;
+  std::vector<Tile> tiles_;  // when set: use_tiles
 };
 
 // Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD, Lamb. `runs`: per-run weight decay

@@ -481,8 +481,9 @@ TEST(EngineStage3, SubGroupSizeTilesTheStepSameBitsNoTemporaries) {
     return r;
   };
   constexpr int64_t kTile = 1024;
-  const Result whole = run(1'000'000'000), tiled = run(kTile);
-  EXPECT_TRUE(tiled.weights.equal(whole.weights)) << "tiles changed the result";  // no clipping: the norm is unused
+  const Result whole = run(1'000'000'000), tiled = run(kTile), per_parameter = run(0);
+  EXPECT_TRUE(tiled.weights.equal(whole.weights)) << "tiles changed the result";
+  EXPECT_TRUE(per_parameter.weights.equal(whole.weights)) << "sub_group_size 0 (a tile per parameter) changed it";  // no clipping: the norm is unused
   // The step allocates nothing in proportion to the shard or the tile: the fused AdamW pass and
   // the fused sum of squares (src/optim/cpu_kernels.h) use none; what is left are the 8- and
   // 16-byte scalar tensors of the norm's and the order check's all-reduces (16 measured). Before,

@@ -147,6 +147,29 @@ TEST(EngineReduction, CommunicationDataTypeAndPrescaling) {
   }
 }
 
+TEST(EngineReduction, ZeroBucketSizesMeanWhatDeepSpeedMeans) {
+  // reduce_bucket_size 0: every parameter is its own bucket (the MLP's 4: 4 reduce-scatters a
+  // step); allgather_bucket_size 0: no limit on a gather; sub_group_size 0: a step tile per
+  // parameter. The trajectory is the reference's.
+  zero::World& world = test_world();
+  for (int stage : {1, 2}) {
+    std::string json = config_json(stage, 1, false);
+    json.replace(json.find(R"("reduce_bucket_size": 100)"), 25,
+                 R"("reduce_bucket_size": 0, "allgather_bucket_size": 0, "sub_group_size": 0)");
+    Trajectory got = train(json, world);
+    const Trajectory& ref = reference();
+    for (size_t i = 0; i < ref.weights.size(); ++i) {
+      const double scale = ref.weights[i].abs().max().item<double>();
+      EXPECT_LE((got.weights[i] - ref.weights[i]).abs().max().item<double>(), 1e-5 * scale) << "stage " << stage;
+    }
+    if (world.size() == 1) continue;
+    OneStep s = one_step(json, world);
+    const auto reductions = s.engine->comm_stats().total(zero::CollectiveOp::kReduceScatter);
+    EXPECT_EQ(reductions.calls, 4) << "stage " << stage;
+    EXPECT_EQ(s.engine->comm_stats().total(zero::CollectiveOp::kAllGather).calls, 4) << "stage " << stage;
+  }
+}
+
 TEST(EngineReduction, AllGatherInPiecesOfAllgatherBucketSize) {
   zero::World& world = test_world();
   const int n = world.size();

@@ -176,3 +176,88 @@ TEST(ConfigParse, NetworkMonitorsWarn) {
   ASSERT_EQ(c.warnings().size(), 1u);
   EXPECT_NE(c.warnings()[0].find("wandb.enabled"), std::string::npos);
 }
+
+// DeepSpeed's rules for what it does not know (docs/config.md, "Unknown keys and auto").
+TEST(ConfigRules, UnknownKeysWhereDeepSpeedReadsKeyByKeyAreWarnedAbout) {
+  Config c = Config::parse(R"({"train_batch_size": 8, "_comment": "x", "cuda_visible_devices": "0,1",
+                               "fp16": {"enabled": false, "opt_level": "O2"}})");
+  EXPECT_EQ(c.warnings(), (std::vector<std::string>{"fp16.opt_level: unknown key, ignored, as DeepSpeed does",
+                                                    "cuda_visible_devices: unknown key, ignored, as DeepSpeed does"}));
+}
+
+TEST(ConfigRules, StrictModeRefusesEveryUnknownKeyAndUnresolvedAuto) {
+  const std::string text = R"({"train_batch_size": 8, "log": {"level": 1},
+                               "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto"}})";
+  EXPECT_NO_THROW(Config::parse(text));
+  for (const std::string& strict_text : {text, R"({"zerocpp": {"strict": true}, )" + text.substr(1)}) {
+    try {
+      Config::parse(strict_text, "t.json", strict_text == text);
+      FAIL() << "strict mode accepted " << strict_text;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.problems(),
+                (std::vector<std::string>{
+                    "zero_optimization.stage3_gather_16bit_weights_on_model_save: \"auto\" has no resolution rule here "
+                    "(strict mode: give a value)",
+                    "log: unknown key (DeepSpeed ignores it; strict mode refuses it)"}));
+    }
+  }
+}
+
+TEST(ConfigRules, AutoWithNoRuleTakesDeepSpeedsDefault) {
+  Config c = Config::parse(R"({"train_batch_size": 8, "zero_allow_untested_optimizer": "auto",
+                               "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto",
+                                                     "offload_optimizer": {"device": "auto"}}})");
+  EXPECT_FALSE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_FALSE(c.zero_allow_untested_optimizer);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(source_of(c, "zero_optimization.offload_optimizer.device"), zero::ValueSource::kAutoDefault);
+  EXPECT_EQ(c.warnings().size(), 3u);
+  EXPECT_EQ(c.warnings()[0], "zero_allow_untested_optimizer: \"auto\" with no rule to resolve it: DeepSpeed's default "
+                             "false applies");
+}
+
+TEST(ConfigRules, StageThreeFieldsByNameOrAlias) {
+  Config named = Config::parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "max_live_parameters": 7, "max_reuse_distance": 8, "prefetch_bucket_size": 9, "param_persistence_threshold": 10,
+      "model_persistence_threshold": 11, "gather_16bit_weights_on_model_save": true}})");
+  Config aliased = Config::parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "stage3_max_live_parameters": 7, "stage3_max_reuse_distance": 8, "stage3_prefetch_bucket_size": 9,
+      "stage3_param_persistence_threshold": 10, "stage3_model_persistence_threshold": 11,
+      "stage3_gather_16bit_weights_on_model_save": true}})");
+  for (const Config* c : {&named, &aliased}) {
+    EXPECT_EQ(c->zero.stage3_max_live_parameters, 7);
+    EXPECT_EQ(c->zero.stage3_max_reuse_distance, 8);
+    EXPECT_EQ(c->zero.stage3_prefetch_bucket_size, 9);
+    EXPECT_EQ(c->zero.stage3_param_persistence_threshold, 10);
+    EXPECT_EQ(c->zero.stage3_model_persistence_threshold, 11);
+    EXPECT_TRUE(c->zero.stage3_gather_16bit_weights_on_model_save);
+    EXPECT_TRUE(c->warnings().empty());
+  }
+}
+
+TEST(ConfigRules, BooleanZeroOptimizationIsStageOneOrZero) {
+  Config on = Config::parse(R"({"train_batch_size": 8, "zero_optimization": true, "allgather_size": 1000})");
+  EXPECT_EQ(on.zero.stage, 1);
+  EXPECT_EQ(on.zero.allgather_bucket_size, 1000);
+  EXPECT_EQ(on.warnings(), (std::vector<std::string>{"zero_optimization: the boolean form is deprecated: use "
+                                                     "{\"stage\": 1}"}));
+  EXPECT_EQ(Config::parse(R"({"train_batch_size": 8, "zero_optimization": false})").zero.stage, 0);
+}
+
+TEST(ConfigRules, ZeroSizesAndOffloadBelowItsStage) {
+  Config c = Config::parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "reduce_bucket_size": 0,
+      "allgather_bucket_size": 0, "sub_group_size": 0, "offload_param": {"device": "cpu"}}})");
+  EXPECT_EQ(c.zero.reduce_bucket_size, 0);
+  EXPECT_EQ(c.zero.sub_group_size, 0);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);  // switched off, as DeepSpeed ignores it
+  EXPECT_EQ(c.warnings(), (std::vector<std::string>{"zero_optimization.offload_param: ignored at stage 2 (parameters "
+                                                    "are offloaded at stage 3 only), as DeepSpeed does"}));
+}
+
+TEST(ConfigRules, CompileAndAutotuningAreWarnings) {
+  Config c = Config::parse(R"({"train_batch_size": 8, "compile": {"deepcompile": true},
+                               "autotuning": {"enabled": true, "fast": true}})");
+  ASSERT_EQ(c.warnings().size(), 2u);
+  EXPECT_NE(c.warnings()[0].find("autotuning"), std::string::npos);
+  EXPECT_NE(c.warnings()[1].find("compile"), std::string::npos);
+}

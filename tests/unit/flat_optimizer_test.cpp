@@ -205,3 +205,12 @@ TEST(FlatOptimizer, TilesGiveTheSameBitsAsOnePass) {
   }
   EXPECT_THROW(optim::make_flat_optimizer(OptimizerConfig{.type = OptimizerType::kAdam}, kN, {}, {}, 0), Error);
 }
+
+TEST(FlatOptimizer, TilesPerParameterCoverTheBufferAtEveryFragmentEnd) {
+  // sub_group_size 0: fragments at [0, 5) and [8, 11) of a 16-element buffer, given out of order.
+  std::vector<optim::ParamFragments::Fragment> fragments = {{8, 3, 1}, {0, 5, 0}, {13, 0, 2}};
+  std::vector<optim::Tile> tiles = optim::tiles_per_parameter(16, fragments);
+  std::vector<std::pair<int64_t, int64_t>> got;
+  for (const auto& t : tiles) got.emplace_back(t.offset, t.length);
+  EXPECT_EQ(got, (std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 3}, {8, 3}, {11, 5}}));
+}
