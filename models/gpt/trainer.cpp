@@ -55,10 +55,27 @@ Config load_config(const TrainerOptions& o, const World& world, const GptShape& 
   context.world_size = world.size();
   context.hidden_size = shape.channels;
   context.max_steps = o.steps;
-  if (!o.config_path.empty()) return Config::from_file(o.config_path, context);
-  Config config = Config::parse(o.config_text.empty() ? builtin_config() : o.config_text,
-                                o.config_text.empty() ? "<built-in config>" : "<config text>");
+  Config config = o.config_path.empty()
+                      ? Config::parse(o.config_text.empty() ? builtin_config() : o.config_text,
+                                      o.config_text.empty() ? "<built-in config>" : "<config text>")
+                      : Config::parse_file(o.config_path);
   config.resolve(context);
+  // No optimizer block: AdamW from the trainer's values, as a Hugging Face trainer builds its own.
+  if (config.optimizer.type == OptimizerType::kNone) {
+    OptimizerConfig& a = config.optimizer;
+    a.type = OptimizerType::kAdamW;
+    a.type_name = "AdamW";
+    a.lr = context.learning_rate.value_or(5e-5);
+    a.weight_decay = context.weight_decay.value_or(0.0);
+    a.beta1 = context.adam_beta1.value_or(0.9);
+    a.beta2 = context.adam_beta2.value_or(0.999);
+    a.eps = context.adam_epsilon.value_or(1e-8);
+    if (world.rank() == 0) {
+      fmt::print("zero-train: the config has no optimizer block: AdamW(lr {}, weight decay {}, betas ({}, {}), eps {}) "
+                 "from the trainer's values\n",
+                 a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
+    }
+  }
   return config;
 }
 

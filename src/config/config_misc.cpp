@@ -238,10 +238,12 @@ void check_cross_key_rules(Config& c, Diagnostics& diag) {
     diag.warnings.push_back("zero_optimization.offload_param: ignored at stage " + std::to_string(z.stage) +
                             " (parameters are offloaded at stage 3 only), as DeepSpeed does");
     z.offload_param.device = OffloadDevice::kNone;
+    diag.record("zero_optimization.offload_param.device", "none", ValueSource::kDefault);
   }
   if (z.offload_optimizer.device != OffloadDevice::kNone && z.stage == 0) {
     diag.warnings.push_back("zero_optimization.offload_optimizer: ignored at stage 0, as DeepSpeed does");
     z.offload_optimizer.device = OffloadDevice::kNone;
+    diag.record("zero_optimization.offload_optimizer.device", "none", ValueSource::kDefault);
   }
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
     diag.problem("zero_optimization.offload_optimizer.ratio",

@@ -167,7 +167,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   state_ = std::make_unique<State>(config, world);
   State& s = *state_;
   s.model = &model;
-  s.warnings = unhonoured_settings(config);
+  // What the config reader warned about (keys DeepSpeed ignores, "auto" defaults, ...), then
+  // the settings this engine does not honour.
+  s.warnings = config.warnings();
+  for (auto& w : unhonoured_settings(config)) s.warnings.push_back(std::move(w));
   if (world.rank() == 0) {
     for (const auto& w : s.warnings) std::fprintf(stderr, "zerocpp: warning: %s\n", w.c_str());
   }
