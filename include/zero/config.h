@@ -1,10 +1,11 @@
 // zero::Config — a DeepSpeed JSON configuration, typed and validated.
 //
-// Parsing follows ../docs/CONFIG.md: comments and trailing commas are allowed, duplicate keys
-// and unknown keys are errors (with the JSON path and a "did you mean"), integers may be written
-// as 5e8, deprecated aliases are accepted with a warning, and the keys of DeepSpeed features that
-// zerocpp does not implement are rejected by name. All problems of a file are reported at once
-// (ConfigError::problems).
+// Parsing follows DeepSpeed (docs/config.md): the file is Hjson; duplicate keys are errors;
+// unknown keys are errors where DeepSpeed refuses them and warnings where it ignores them (near
+// misses stay errors, with a "did you mean"); "auto" with no rule takes DeepSpeed's default with a
+// warning; integers may be written as 5e8; deprecated aliases are accepted with a warning; the
+// keys of DeepSpeed features zerocpp does not implement are refused by name. All problems of a
+// file are reported at once (ConfigError::problems).
 //
 // Two phases, because some values depend on things the file does not know:
 //   auto config = zero::Config::parse_file("ds.json");   // syntax, types, ranges, cross-key rules
