@@ -83,6 +83,16 @@ void Config::resolve(const AutoContext& ctx) {
     return
         [&field, &optional, &set](const std::string& path) { return optional ? set(field, *optional, path) : false; };
   };
+  // The stage-3 sizes, under either spelling of their keys.
+  const std::pair<Resolver, std::string> prefetch_rule = {
+      [&](const std::string& p) {
+        return h > 0 &&
+               set(zero.stage3_prefetch_bucket_size, static_cast<int64_t>(std::floor(0.9 * double(h) * double(h))), p);
+      },
+      "the model's hidden size"};
+  const std::pair<Resolver, std::string> persistence_rule = {
+      [&](const std::string& p) { return h > 0 && set(zero.stage3_param_persistence_threshold, 10 * h, p); },
+      "the model's hidden size"};
   const std::map<std::string, std::pair<Resolver, std::string>> resolvers = {
       {"train_batch_size", {[](const std::string&) { return true; }, ""}},  // computed by the triad
       {"train_micro_batch_size_per_gpu", {from(micro, ctx.micro_batch_size), ""}},
@@ -91,15 +101,10 @@ void Config::resolve(const AutoContext& ctx) {
       {"zero_optimization.reduce_bucket_size",
        {[&](const std::string& p) { return h > 0 && set(zero.reduce_bucket_size, h * h, p); },
         "the model's hidden size"}},
-      {"zero_optimization.stage3_prefetch_bucket_size",
-       {[&](const std::string& p) {
-          return h > 0 && set(zero.stage3_prefetch_bucket_size,
-                              static_cast<int64_t>(std::floor(0.9 * double(h) * double(h))), p);
-        },
-        "the model's hidden size"}},
-      {"zero_optimization.stage3_param_persistence_threshold",
-       {[&](const std::string& p) { return h > 0 && set(zero.stage3_param_persistence_threshold, 10 * h, p); },
-        "the model's hidden size"}},
+      {"zero_optimization.stage3_prefetch_bucket_size", prefetch_rule},
+      {"zero_optimization.prefetch_bucket_size", prefetch_rule},
+      {"zero_optimization.stage3_param_persistence_threshold", persistence_rule},
+      {"zero_optimization.param_persistence_threshold", persistence_rule},
       {"optimizer.params.lr", {from(optimizer.lr, ctx.learning_rate), "the trainer's learning rate"}},
       {"optimizer.params.eps", {from(optimizer.eps, ctx.adam_epsilon), "the trainer's adam_epsilon"}},
       {"optimizer.params.weight_decay", {from(optimizer.weight_decay, ctx.weight_decay), "the trainer's weight_decay"}},

@@ -148,7 +148,7 @@ std::string_view ObjectReader::spelling(std::string_view name, std::string_view 
     diag_.problem(path_of(alias), "given twice, also as " + std::string(name) +
                                       " (DeepSpeed refuses both spellings of one field): keep one");
   }
-  return has_alias && !has_name ? alias : name;
+  return has_name && !has_alias ? name : alias;
 }
 
 std::string ObjectReader::path_of(std::string_view key) const {

@@ -70,8 +70,8 @@ class ObjectReader {
 
   // A nested block: null reader when absent, a problem when present but not an object.
   ObjectReader child(std::string_view key, UnknownKeys unknown = UnknownKeys::kRefuse);
-  // The one of `name` and `alias` (DeepSpeed accepts both spellings of a field) the block uses;
-  // both given is a problem, as in DeepSpeed. Marks both known.
+  // The one of `name` and `alias` (DeepSpeed accepts both spellings of a field) the block uses,
+  // the alias when neither is given; both given is a problem, as in DeepSpeed. Marks both known.
   std::string_view spelling(std::string_view name, std::string_view alias);
   // The raw value of a key (marked known), or nullptr.
   const nlohmann::json* raw(std::string_view key);

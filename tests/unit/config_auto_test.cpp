@@ -129,3 +129,14 @@ TEST(BatchTriad, ResolvingAgainDoesNotRepeatWarnings) {
   c.resolve({.world_size = 2, .micro_batch_size = 4});
   EXPECT_EQ(c.warnings().size(), 2u);
 }
+
+TEST(ConfigAuto, StageThreeSizesResolveUnderEitherSpelling) {
+  for (const char* prefix : {"", "stage3_"}) {
+    const std::string text = std::string(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, ")") + prefix +
+                             R"(prefetch_bucket_size": "auto", ")" + prefix + R"(param_persistence_threshold": "auto"}})";
+    Config c = Config::parse(text);
+    c.resolve({.world_size = 2, .hidden_size = 100});
+    EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 9000) << prefix;
+    EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 1000) << prefix;
+  }
+}
