@@ -155,7 +155,7 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
 }
 
 void read_aio(ObjectReader& root, AioConfig& aio) {
-  ObjectReader a = root.child("aio");
+  ObjectReader a = root.child("aio", UnknownKeys::kIgnore);  // DeepSpeed reads aio key by key
   aio.block_size = a.get_int("block_size", 1'048'576, 1);
   aio.queue_depth = a.get_int("queue_depth", 8, 1);
   bool has_alias = a.has("thread_count");
