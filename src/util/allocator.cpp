@@ -27,4 +27,13 @@ bool keep_freed_memory(std::size_t mmap_threshold, std::size_t trim_threshold) {
 #endif
 }
 
+bool release_freed_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace zero
