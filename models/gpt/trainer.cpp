@@ -77,6 +77,10 @@ Config load_config(const TrainerOptions& o, const World& world, const GptShape& 
                  a.lr, a.weight_decay, a.beta1, a.beta2, a.eps);
     }
   }
+  if (config.scheduler.type == SchedulerType::kNone && !o.config_path.empty() && world.rank() == 0) {
+    fmt::print("zero-train: the config has no scheduler block: the learning rate stays constant (a Hugging Face "
+               "trainer would decay it linearly)\n");
+  }
   return config;
 }
 

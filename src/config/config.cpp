@@ -67,11 +67,22 @@ Config Config::parse(const std::string& json_text, const std::string& origin, bo
   c.memory_breakdown = root.get_bool("memory_breakdown", false);
   c.prescale_gradients = root.get_bool("prescale_gradients", false);
   c.gradient_predivide_factor = root.get_double("gradient_predivide_factor", 1.0, 1e-30);
-  static const std::vector<std::string> kCommTypes = {"model", "fp32", "fp16", "bf16"};
-  c.communication_data_type = static_cast<CommDType>(root.get_choice("communication_data_type", 0, kCommTypes));
+  // DeepSpeed's three; absent, null or "auto": the model's own dtype (DeepSpeed's default, None).
+  static const std::vector<std::string> kCommTypes = {"fp32", "fp16", "bf16"};
+  const nlohmann::json* wire = root.raw("communication_data_type");
+  if (!wire || wire->is_null() || *wire == "auto") {
+    if (wire && *wire == "auto") {
+      diag.warnings.push_back("communication_data_type: \"auto\" with no rule to resolve it: DeepSpeed's default "
+                              "(the model's dtype) applies");
+    }
+    c.communication_data_type = CommDType::kModel;
+    diag.record("communication_data_type", nullptr, wire ? ValueSource::kAutoDefault : ValueSource::kDefault);
+  } else {
+    c.communication_data_type = static_cast<CommDType>(1 + root.get_choice("communication_data_type", 0, kCommTypes));
+  }
   // Sequence parallelism's all-to-all type: checked as DeepSpeed checks it; zerocpp has no
   // sequence parallelism, so it has no effect.
-  root.get_choice("seq_parallel_comm_data_type", 1, kCommTypes);
+  root.get_choice("seq_parallel_comm_data_type", 0, kCommTypes);
   ObjectReader data_types = root.child("data_types", config_detail::UnknownKeys::kIgnore);
   c.grad_accum_dtype = config_detail::read_grad_accum_dtype(data_types, diag);
   data_types.finish();

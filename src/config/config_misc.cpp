@@ -18,9 +18,10 @@ void read_precision(ObjectReader& root, Config& config, Diagnostics& diag) {
   fp16.require_default("fp16_master_weights_and_grads", false);
   fp16.finish();
 
+  // DeepSpeed reads the first of bf16 and bfloat16 that is present.
   bool alias = root.has("bfloat16");
   if (alias && root.has("bf16")) {
-    diag.problem("bfloat16", "deprecated alias of bf16, which is also given: keep only bf16");
+    diag.warnings.push_back("bfloat16: ignored, as DeepSpeed does, since bf16 is given");
   } else if (alias) {
     diag.warnings.push_back("bfloat16 is deprecated: use bf16");
   }
@@ -126,7 +127,7 @@ bool enabled_anywhere(const nlohmann::json& v) {
 CommDType read_grad_accum_dtype(ObjectReader& data_types, Diagnostics& diag) {
   static const std::vector<std::string> kSpellings = {
       "fp32", "float32", "float", "torch.float32", "fp16", "float16", "half", "torch.float16", "bf16", "bfloat16",
-      "torch.bfloat16"};
+      "bfloat", "torch.bfloat16"};
   const nlohmann::json* v = data_types.raw("grad_accum_dtype");
   if (v && *v == "int8") {
     diag.problem(data_types.path_of("grad_accum_dtype"), "int8 gradient accumulation is not supported by zerocpp");
@@ -204,11 +205,17 @@ void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
     diag.problem("sequence_parallel_size", "sequence parallelism is not supported by zerocpp");
   }
   root.get_int("data_parallel_size", 0, 0);  // with sequence_parallel_size 1: the world size
-  // Weight quantization (pydantic in DeepSpeed): on when either of its parts is given.
+  // Weight quantization (pydantic in DeepSpeed): on when enabled or when either of its parts is given.
   ObjectReader wq = root.child("weight_quantization");
+  if (wq.get_bool("enabled", false)) {
+    diag.problem(wq.path_of("enabled"), "weight quantization is not supported by zerocpp");
+  }
+  wq.get_int("num_bits", 8, 1);
+  wq.get_string("q_type", "symmetric");
+  wq.get_int("q_groups", 1, 1);
   for (const char* part : {"quantized_initialization", "post_init_quant"}) {
     const nlohmann::json* p = wq.raw(part);
-    if (p && !(p->is_object() && p->empty())) {
+    if (p && !p->is_null() && !(p->is_object() && p->empty())) {
       diag.problem(wq.path_of(part), "weight quantization is not supported by zerocpp");
     }
   }

@@ -71,7 +71,8 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
   zc.reduce_bucket_size = z.get_int_or_auto("reduce_bucket_size", 500'000'000, 0, &is_auto);
   zc.allgather_partitions = z.get_bool("allgather_partitions", true);
   zc.allgather_bucket_size = z.get_int("allgather_bucket_size", 500'000'000, 0);
-  zc.overlap_comm = z.get_bool("overlap_comm", zc.stage == 3);
+  const nlohmann::json* overlap = z.raw("overlap_comm");  // null, as absent: true at stage 3 only
+  zc.overlap_comm = overlap && overlap->is_null() ? zc.stage == 3 : z.get_bool("overlap_comm", zc.stage == 3);
   zc.load_from_fp32_weights = z.get_bool("load_from_fp32_weights", true);
   zc.round_robin_gradients = z.get_bool("round_robin_gradients", false);
   read_offload_optimizer(z.child("offload_optimizer"), zc.offload_optimizer);
@@ -114,9 +115,11 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
     zc.offload_param.device = OffloadDevice::kCpu;
     diag.record(param_path, "cpu", ValueSource::kAlias);
   }
-  if (alias_used(z, diag, "cpu_offload_use_pin_memory", z.path_of("offload_*.pin_memory"), false) &&
-      z.get_bool("cpu_offload_use_pin_memory", false)) {
-    zc.offload_optimizer.pin_memory = zc.offload_param.pin_memory = true;
+  // DeepSpeed warns about this one and drops its value.
+  if (z.has("cpu_offload_use_pin_memory")) {
+    z.get_bool("cpu_offload_use_pin_memory", false);
+    diag.warnings.push_back(z.path_of("cpu_offload_use_pin_memory") +
+                            " is deprecated and ignored, as DeepSpeed does: use offload_*.pin_memory");
   }
   z.accept(
       {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"});

@@ -153,6 +153,8 @@ class Parser {
       check_trailing();
       return value;
     } catch (const ConfigError& braceless_error) {
+      // A duplicate key is no reason to read the file another way (DeepSpeed raises on it too).
+      if (braceless_error.problems().front().find("duplicate key") != std::string::npos) throw;
       pos_ = start;
       keys_.clear();
       try {
@@ -365,6 +367,7 @@ class Parser {
       }
       ++pos_;
       char e = ch();
+      if (e == '\0') fail(open, "this string is never closed");
       ++pos_;
       switch (e) {
         case '"':

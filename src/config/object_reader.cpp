@@ -106,7 +106,8 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 std::string near_miss(std::string_view word, const std::vector<std::string>& candidates) {
   std::vector<std::string> words = tokens(word);
   std::string best;
-  size_t best_distance = 3;
+  // Two edits make most short keys into some other short key (fp32 → fp16, seq → seed): one, there.
+  size_t best_distance = word.size() < 6 ? 2 : 3;
   for (const auto& c : candidates) {
     size_t d = edit_distance(word, c);
     if (d < best_distance) {
@@ -274,7 +275,7 @@ std::string ObjectReader::get_string(std::string_view key, const std::string& fa
 
 size_t ObjectReader::get_choice(std::string_view key, size_t fallback, const std::vector<std::string>& choices) {
   const json* v = lookup(key);
-  if (!v) {
+  if (!v || v->is_null()) {
     record_default(key, choices[fallback]);
     return fallback;
   }
@@ -341,7 +342,9 @@ std::vector<std::string> ObjectReader::get_string_list(std::string_view key) {
 
 ObjectReader ObjectReader::child(std::string_view key, UnknownKeys unknown) {
   const json* v = lookup(key);
-  if (auto_to_default(key, v, nullptr)) {
+  if (v && v->is_null()) {  // DeepSpeed's own config printout writes absent blocks as null
+    v = nullptr;
+  } else if (auto_to_default(key, v, nullptr)) {
     v = nullptr;
   } else if (v && !v->is_object()) {
     diag_.problem(path_of(key), "expected an object, got " + describe(*v));

@@ -261,3 +261,28 @@ TEST(ConfigRules, CompileAndAutotuningAreWarnings) {
   EXPECT_NE(c.warnings()[0].find("autotuning"), std::string::npos);
   EXPECT_NE(c.warnings()[1].find("compile"), std::string::npos);
 }
+
+TEST(ConfigRules, NullIsTheDefaultWhereDeepSpeedsFieldIsOptional) {
+  Config c = Config::parse(R"({"train_batch_size": 8, "communication_data_type": null, "aio": null,
+      "zero_optimization": {"stage": 3, "overlap_comm": null, "offload_param": null, "offload_optimizer": null}})");
+  EXPECT_TRUE(c.zero.overlap_comm);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.communication_data_type, CommDType::kModel);
+  EXPECT_TRUE(c.warnings().empty());
+}
+
+TEST(ConfigRules, WhatDeepSpeedReadsFirstOrDrops) {
+  // bf16 before bfloat16; cpu_offload_use_pin_memory warned about and dropped; a short unknown
+  // key two edits from a known one (fp32 / fp16) is not taken for it.
+  Config c = Config::parse(R"({"train_batch_size": 8, "bf16": {"enabled": false}, "bfloat16": {"enabled": true},
+      "fp32": {"enabled": true}, "weight_quantization": {"enabled": false, "num_bits": 8},
+      "zero_optimization": {"stage": 2, "cpu_offload_use_pin_memory": true}})");
+  EXPECT_FALSE(c.bf16);
+  EXPECT_FALSE(c.zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(c.warnings(), (std::vector<std::string>{
+                              "bfloat16: ignored, as DeepSpeed does, since bf16 is given",
+                              "zero_optimization.cpu_offload_use_pin_memory is deprecated and ignored, as DeepSpeed "
+                              "does: use offload_*.pin_memory",
+                              "fp32: unknown key, ignored, as DeepSpeed does"}));
+  EXPECT_THROW(Config::parse(R"({"communication_data_type": "model"})"), ConfigError);  // not one of DeepSpeed's
+}

@@ -1,5 +1,5 @@
 // The Hjson reader, rule by rule, against values worked out by hand from the Hjson syntax
-// (hjson.github.io/syntax.html). tests/e2e/hjson_diff_e2e.sh compares it with hjson-go.
+// (hjson.github.io/syntax.html). tests/hjson/hjson_diff compares it with hjson-go.
 #include "config/hjson.h"
 
 #include <gtest/gtest.h>
@@ -127,6 +127,14 @@ TEST(Hjson, BytesPythonWouldNotReadAreErrors) {
   EXPECT_EQ(problem_of(R"({"a": "\udc00"})"),
             "invalid Hjson/JSON at line 1, column 8: \\u escape of a lone low surrogate (in a)");
   EXPECT_EQ(parse("\xEF\xBB\xBF{\"a\": 1}"), json::parse(R"({"a": 1})"));  // a byte-order mark is skipped
+}
+
+TEST(Hjson, ADuplicateKeyInABracelessFileIsReportedAsOne) {
+  EXPECT_EQ(problem_of("a: 1, a: 2"), "invalid Hjson/JSON at line 1, column 7: duplicate key \"a\" (in a)");
+}
+
+TEST(Hjson, ABackslashAtTheEndOfTheFileIsAnUnclosedString) {
+  EXPECT_EQ(problem_of("{\"a\": \"x\\"), "invalid Hjson/JSON at line 1, column 7: this string is never closed (in a)");
 }
 
 TEST(Hjson, DeepNestingIsAnErrorNotACrash) {
