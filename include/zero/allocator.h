@@ -24,12 +24,13 @@ namespace zero {
 
 bool keep_freed_memory(std::size_t mmap_threshold = std::size_t{32} << 20, std::size_t trim_threshold = SIZE_MAX);
 
-// Gives the pages of memory freed so far back to the system (glibc's malloc_trim), once. Call it
-// after building the engine: the model's own parameter tensors, copied into the engine's flat
+// Gives the pages of memory freed so far back to the system (glibc's malloc_trim), once. The
+// engine calls it while it is built: the model's own parameter tensors, copied into its flat
 // buffers and freed, leave holes between live small objects that no later buffer of that size
 // fits, so under keep_freed_memory they would stay resident for the whole run (issue 13: 1 GB of
 // a 201 M-parameter model's 4.3 GB peak). What the step later allocates there is faulted in again,
-// once. Returns false where the C library has no such call.
+// once. Not a setting: the one call above that the library makes. Returns false where the C
+// library has no such call.
 bool release_freed_memory();
 
 }  // namespace zero

@@ -15,7 +15,6 @@
 #include "models/gpt/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
-#include "zero/allocator.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
@@ -177,7 +176,6 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   partitioned.reset();
   if (checkpoint) load_llmc(model, *checkpoint, options.init);
   Engine engine(model, config, world);
-  release_freed_memory();  // include/zero/allocator.h: the model's own parameters, now copied
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
 

@@ -16,6 +16,7 @@
 #include "engine/partitioned_init.h"
 #include "optim/cpu_kernels.h"
 #include "optim/flat_optimizer.h"
+#include "zero/allocator.h"
 #include "zero/error.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
@@ -153,7 +154,7 @@ void Engine::publish_master() {
     if (s.stage3 && !s.stage3->is_root(static_cast<int>(b))) {
       // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
       // persistent shard tensor, not into any parameter: their version counters stay.)
-      s.stage3->owned(static_cast<int>(b)).copy_(source);
+      if (!s.master_is_shards) s.stage3->owned(static_cast<int>(b)).copy_(source);
       if (s.flat->released(static_cast<int>(b))) continue;  // else: gathered on request, keep it current
     }
     const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
@@ -274,6 +275,16 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                                                               : s.flat->shard(s.flat->buffer(bucket), bucket, s.owner_rank));
     }
     s.master = at::cat(shards).to(at::kFloat);
+    if (s.stage3 && s.flat->dtype() == at::kFloat) {
+      // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
+      // (one fp32 copy of the owned parameters less per rank).
+      const auto& buckets = s.flat->layout().buckets();
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        if (s.stage3->is_root(static_cast<int>(b))) continue;
+        s.stage3->own_view(static_cast<int>(b), s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard));
+      }
+      s.master_is_shards = true;
+    }
   }
   // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
   // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
@@ -284,6 +295,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       fragments.fragments.push_back({f->owned_offset, f->param_end - f->param_begin, i});
     }
   }
+  // The model's own parameter tensors (stages 0-2) or zero::Init's shards (stage 3, fp32) were
+  // copied above and freed, leaving holes no buffer of that size fits: their pages go back before
+  // the optimizer state is allocated, so they never add to the peak (issue 13).
+  release_freed_memory();
   // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
   const int64_t sub_group = config.zero.sub_group_size;
   s.tiles = sub_group == 0 ? optim::tiles_per_parameter(s.master.numel(), fragments.fragments)
@@ -426,7 +441,10 @@ MemoryReport Engine::memory_report() const {
   MemoryReport r;
   r.parameters = s.flat->bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
   r.gradients = s.reducer->gradient_bytes();
-  r.master_weights = s.master_is_params ? 0 : static_cast<int64_t>(s.master.nbytes());
+  // Where the units' shards are the master, those bytes count once, as parameters.
+  r.master_weights = s.master_is_params ? 0
+                                        : static_cast<int64_t>(s.master.nbytes()) -
+                                              (s.master_is_shards ? s.stage3->owned_bytes() : 0);
   r.optimizer_state = s.optimizer->state_bytes();
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();

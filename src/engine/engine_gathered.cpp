@@ -40,7 +40,7 @@ Engine::GatheredParameters::~GatheredParameters() {
       s.comm.broadcast(buffer, modifier_rank_, {.async = false});
       const at::Tensor shard = s.flat->shard(buffer, b, s.owner_rank);
       if (!s.master_is_params) s.master.narrow(0, buckets[i].owned_offset, buckets[i].shard).copy_(shard);
-      if (s.stage3 && !s.stage3->is_root(b)) s.stage3->owned(b).copy_(shard);
+      if (s.stage3 && !s.stage3->is_root(b) && !s.master_is_shards) s.stage3->owned(b).copy_(shard);
     }
   }
   if (s.stage3) s.stage3->release_all();

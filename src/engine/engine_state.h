@@ -28,6 +28,7 @@ struct Engine::State {
   std::unique_ptr<engine::Stage3> stage3;  // stage 3 only; destroyed first (it detaches the units)
   at::Tensor master;                       // fp32, the owned shards of every bucket, bucket after bucket
   bool master_is_params = false;           // fp32 model, one partition: master is flat->whole()
+  bool master_is_shards = false;           // fp32 model, stage 3: the units' shards view the master
   std::unique_ptr<optim::FlatOptimizer> optimizer;
   std::vector<optim::Tile> tiles;  // the step's slices of the owned buffer (sub_group_size)
   LrSchedule schedule;

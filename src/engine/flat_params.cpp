@@ -57,7 +57,8 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
       layout_(numels(params_), partitions, alignment_for(common_dtype(params_)), bucket_elements,
               layout_order(params_.size(), groups), groups),
       dtype_(params_[0].scalar_type()),
-      released_(layout_.buckets().size(), false) {
+      released_(layout_.buckets().size(), false),
+      aliased_(layout_.buckets().size(), false) {
   at::NoGradGuard no_grad;
   // Without groups no bucket is ever released on its own: all share one allocation, back to back.
   if (groups.empty()) whole_ = at::zeros({layout_.padded_numel()}, at::TensorOptions().dtype(dtype_));
@@ -115,7 +116,9 @@ at::Tensor FlatParams::view_of(const at::Tensor& bucket_buffer, int p) const {
 
 int64_t FlatParams::bytes() const {
   int64_t total = 0;
-  for (size_t b = 0; b < buffers_.size(); ++b) total += released_[b] ? 0 : static_cast<int64_t>(buffers_[b].nbytes());
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    total += released_[b] || aliased_[b] ? 0 : static_cast<int64_t>(buffers_[b].nbytes());
+  }
   return total;
 }
 
@@ -123,7 +126,10 @@ int64_t FlatParams::bytes() const {
 // of them), which must keep their identity and see the bytes when they come back.
 void FlatParams::release(int b) {
   if (whole_.defined()) throw Error("internal: a bucket of a model laid out without units was released", "stage3");
-  poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // a stale reader of these bytes sees NaN
+  if (!aliased_[static_cast<size_t>(b)]) {
+    poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // a stale reader of these bytes sees NaN
+  }
+  aliased_[static_cast<size_t>(b)] = false;
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
   storage->set_nbytes(0);
@@ -137,6 +143,27 @@ void FlatParams::materialize(int b) {
   storage->set_nbytes(bytes);
   released_[static_cast<size_t>(b)] = false;
   poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // what the gather does not write stays NaN
+}
+
+void FlatParams::materialize_as(int b, const at::Tensor& memory) {
+  const size_t bytes = buffers_[static_cast<size_t>(b)].nbytes();
+  if (memory.nbytes() != bytes || !memory.is_contiguous()) {
+    throw Error("internal: a bucket can only view contiguous memory of its own size", "stage3");
+  }
+  c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(memory.data_ptr(), memory.device()));  // not owning
+  storage->set_nbytes(bytes);
+  released_[static_cast<size_t>(b)] = false;
+  aliased_[static_cast<size_t>(b)] = true;
+}
+
+void FlatParams::own_aliased(int b) {
+  if (!aliased_[static_cast<size_t>(b)]) return;
+  at::Tensor& buffer = buffers_[static_cast<size_t>(b)];
+  const at::Tensor values = buffer.clone();
+  materialize(b);  // clears aliased_ through release's bookkeeping below
+  aliased_[static_cast<size_t>(b)] = false;
+  buffer.copy_(values);
 }
 
 }  // namespace zero::engine

@@ -42,6 +42,12 @@ class FlatParams {
   void release(int b);
   void materialize(int b);
   bool released(int b) const { return released_[static_cast<size_t>(b)]; }
+  // As materialize, but bucket b's bytes are `memory`'s (same byte size, kept alive by its
+  // owner): one partition's "gather" of a shard that is the whole bucket. Not counted in bytes().
+  void materialize_as(int b, const at::Tensor& memory);
+  // A bucket made by materialize_as gets bytes of its own, holding the same values (before the
+  // memory it views goes away).
+  void own_aliased(int b);
 
   // A tensor shaped like parameter p viewing `bucket_buffer` (same layout as the parameter
   // buffers, e.g. the gradient buffer of the same bucket).
@@ -54,6 +60,7 @@ class FlatParams {
   at::Tensor whole_;
   std::vector<at::Tensor> buffers_;
   std::vector<bool> released_;
+  std::vector<bool> aliased_;  // materialize_as: the bytes belong to someone else
   void check_adopted(const at::Tensor& buffer, int b) const;
 };
 

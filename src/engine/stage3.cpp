@@ -79,6 +79,7 @@ Stage3::~Stage3() {
   // Freed parameters would crash on first use, so they come back as NaN: loud, not undefined.
   // Engine::gather_parameters() before the engine goes keeps the real weights.
   for (size_t b = 0; b < root_.size(); ++b) {
+    flat_.own_aliased(static_cast<int>(b));  // one partition: the parameters viewed the shard
     if (!flat_.released(static_cast<int>(b))) continue;
     flat_.materialize(static_cast<int>(b));
     flat_.buffer(static_cast<int>(b)).fill_(std::numeric_limits<double>::quiet_NaN());
@@ -104,11 +105,17 @@ void Stage3::release(int b) {
 }
 
 std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
-  flat_.materialize(b);
   sequence_.push_back(b);
   sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * kFnvPrime;
   gathered_ += elements(b);
   gathered_peak_ = std::max(gathered_peak_, gathered_);
+  if (comm_.size() == 1) {
+    // One partition: the shard is the whole bucket, so the parameters view it (no copy, no
+    // second copy of the unit in memory).
+    flat_.materialize_as(b, owned_[static_cast<size_t>(b)]);
+    return nullptr;
+  }
+  flat_.materialize(b);
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
   return comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = async});
@@ -247,6 +254,22 @@ void Stage3::verify_order(const std::vector<std::string>& param_names) {
                       "; every rank must run the units in the same order",
                   "zero_optimization.stage", rank_);
     }
+  }
+}
+
+void Stage3::own_view(int b, at::Tensor view) {
+  at::Tensor& owned = owned_[static_cast<size_t>(b)];
+  if (root_[static_cast<size_t>(b)] || view.sizes() != owned.sizes() || view.scalar_type() != owned.scalar_type()) {
+    throw Error("internal: a shard view of another size, type or bucket", "stage3");
+  }
+  owned = std::move(view);
+  // A unit built under zero::Init holds its shard too: let it hold the view, so the old bytes go.
+  UnitBase& unit = *map_.units[static_cast<size_t>(map_.group_of[static_cast<size_t>(
+      flat_.layout().buckets()[static_cast<size_t>(b)].params.front())])];
+  if (unit.partitioned()) {
+    PartitionedUnit p = *unit.partitioned();
+    p.shard = owned;
+    unit.set_partitioned(std::move(p));
   }
 }
 

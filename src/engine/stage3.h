@@ -59,6 +59,9 @@ class Stage3 : public detail::UnitHooks {
   bool is_root(int b) const { return root_[static_cast<size_t>(b)]; }
   // This rank's persistent shard of a unit's bucket (model dtype); the root's lives in its buffer.
   const at::Tensor& owned(int b) const { return owned_[static_cast<size_t>(b)]; }
+  // Makes `view` (same size and dtype, holding the same values) unit bucket b's persistent shard,
+  // dropping the old one: an fp32 model's shards become views of the master weights.
+  void own_view(int b, at::Tensor view);
   int64_t owned_bytes() const;
   // The most bytes of unit (non-root) parameters gathered at once since construction.
   int64_t gathered_peak() const { return gathered_peak_ * element_size_; }
