@@ -7,9 +7,9 @@
 namespace zero::gpt {
 namespace {
 
-// In place: randn(shape) * std gives the same bits but touches a second tensor's worth of fresh
+// Scaled in place: randn(shape) * std would touch a second tensor's worth of fresh
 // memory for the temporary (280 MB at 201 M parameters).
-at::Tensor normal(std::vector<int64_t> shape, double std) { return torch::empty(shape).normal_(0, std); }
+at::Tensor normal(std::vector<int64_t> shape, double std) { return torch::randn(shape).mul_(std); }
 
 // Each per-layer tensor of the file, by name, for block l (llm.c groups tensors by kind across layers).
 at::Tensor& block_tensor(GptBlock& b, const std::string& name) {
