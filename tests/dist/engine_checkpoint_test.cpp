@@ -420,3 +420,103 @@ TEST(EngineCheckpoint, SixteenBitWeightsAreStoredAsSuch) {
     EXPECT_TRUE(stored.equal(item.value().detach())) << item.key() << ": not the model's fp16 weights";
   }
 }
+
+namespace {
+
+// Plain LibTorch (no engine): AdamW (lr 0.01, weight decay 0.01) with clip_grad_norm_(0.5) on
+// the whole global batch of each step, as Session::run feeds the engine. `state` carries the
+// model and the optimizer between calls; a fresh optimizer starts its moments and step count anew.
+struct PlainAdamW {
+  Mlp model;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  PlainAdamW() { fresh_optimizer(); }
+  void fresh_optimizer() {
+    optimizer = std::make_unique<torch::optim::AdamW>(model.parameters(),
+                                                      torch::optim::AdamWOptions(0.01).weight_decay(0.01));
+  }
+  std::vector<double> run(int from, int to) {
+    std::vector<double> losses;
+    for (int step = from; step < to; ++step) {
+      torch::manual_seed(1000 + step);
+      at::Tensor x = torch::randn({engine_test::kGlobalBatch, 16}), y = engine_test::teacher(x);
+      optimizer->zero_grad();
+      at::Tensor loss = model.loss(x, y);
+      loss.backward();
+      torch::nn::utils::clip_grad_norm_(model.parameters(), 0.5);
+      optimizer->step();
+      losses.push_back(loss.item<double>());
+    }
+    return losses;
+  }
+};
+
+std::string constant_lr_config(int stage) {
+  return R"({"train_batch_size": 48, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "reduce_bucket_size": 100},
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}})";
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << what << " step " << i;
+}
+
+}  // namespace
+
+TEST(EngineCheckpoint, LoadOptionsAgainstPlainLibTorch) {
+  // Saved after 5 steps; the next 5 after loading must be what plain LibTorch gives when it
+  // continues with its optimizer state (all states) or restarts it (load_optimizer_states =
+  // false, load_module_only), from the saved weights.
+  JobDir dir("load_options");
+  for (int stage : {0, 2, 3}) {
+    const std::string json = constant_lr_config(stage);
+    Session saved(json, test_world());
+    saved.run(0, 5);
+    saved.engine->save_checkpoint(dir.path.string(), "s" + std::to_string(stage));
+
+    torch::manual_seed(42);
+    PlainAdamW plain;
+    plain.run(0, 5);
+    PlainAdamW restarted;  // the saved weights, a fresh optimizer
+    {
+      torch::NoGradGuard no_grad;
+      auto from = plain.model.parameters(), to = restarted.model.parameters();
+      for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+    }
+    const std::vector<double> continued = plain.run(5, 10), anew = restarted.run(5, 10);
+    const std::string at = " at stage " + std::to_string(stage) + ", " + std::to_string(test_world().size()) + " ranks";
+
+    struct Case {
+      zero::LoadOptions options;
+      const std::vector<double>& want;
+      int64_t steps_after_load;
+      const char* what;
+    };
+    for (const Case& c : std::vector<Case>{
+             {{.tag = "s" + std::to_string(stage)}, continued, 5, "all states"},
+             {{.tag = "s" + std::to_string(stage), .load_optimizer_states = false}, anew, 5, "no optimizer states"},
+             {{.tag = "s" + std::to_string(stage), .load_module_only = true}, anew, 0, "module only"}}) {
+      Session loaded(json, test_world(), /*init_seed=*/7);  // other initial weights: all must be replaced
+      loaded.engine->load_checkpoint(dir.path.string(), c.options);
+      EXPECT_EQ(loaded.engine->global_steps(), c.steps_after_load) << c.what << at;
+      expect_close(loaded.run(5, 10), c.want, std::string(c.what) + at);
+    }
+  }
+}
+
+TEST(EngineCheckpoint, LrSchedulerStatesFalseRestartsTheSchedule) {
+  // WarmupLR over 8 steps, saved after 5: with the scheduler state the next lr is the 6th of the
+  // warmup; without it, the first again, as a fresh engine's.
+  JobDir dir("load_lr");
+  Session saved(config(2), test_world());
+  saved.run(0, 5);
+  saved.engine->save_checkpoint(dir.path.string());
+  Session fresh(config(2), test_world());
+  Session with_schedule(config(2), test_world(), 7), without(config(2), test_world(), 7);
+  with_schedule.engine->load_checkpoint(dir.path.string());
+  without.engine->load_checkpoint(dir.path.string(), {.load_lr_scheduler_states = false});
+  EXPECT_DOUBLE_EQ(with_schedule.engine->get_lr(), saved.engine->get_lr());
+  EXPECT_DOUBLE_EQ(without.engine->get_lr(), fresh.engine->get_lr());
+  EXPECT_NE(saved.engine->get_lr(), fresh.engine->get_lr());  // or the case tests nothing
+}
