@@ -218,13 +218,13 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       const int64_t n = params[i].numel();
       const int group = units.group_of[i];
       const bool built_partitioned = group != root && units.units[static_cast<size_t>(group)]->partitioned();
-      if (built_partitioned ? partitioned.contains(params[i])
-                            : group == root || n > config.zero.stage3_param_persistence_threshold ||
-                                  persisted + n > config.zero.stage3_model_persistence_threshold) {
+      if (built_partitioned) {
+        if (partitioned.contains(params[i])) continue;
+        persisted += n;  // zero::Init kept it whole: it counts against the model's budget too
+      } else if (group == root || !engine::stays_whole(config.zero, persisted, n)) {
         continue;
       }
       units.group_of[i] = root;
-      persisted += n;
     }
   }
   // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.

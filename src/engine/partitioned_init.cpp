@@ -59,10 +59,7 @@ struct InitAccess {
     for (auto it = trainable.rbegin(); it != trainable.rend(); ++it) {
       at::Tensor& p = *it;
       const int64_t n = p.numel();
-      const bool persist = n <= z.stage3_param_persistence_threshold &&
-                           init.persisted_ + n <= z.stage3_model_persistence_threshold;
-      if (persist) {
-        init.persisted_ += n;
+      if (engine::stays_whole(z, init.persisted_, n)) {
         if (p.scalar_type() != dtype) p.set_data(p.detach().to(dtype));
         continue;
       }
@@ -119,6 +116,14 @@ at::ScalarType training_dtype(const Config& config, at::ScalarType declared) {
   if (config.bf16) return at::kBFloat16;
   if (config.fp16.enabled) return at::kHalf;
   return declared;
+}
+
+bool stays_whole(const ZeroConfig& zero, int64_t& persisted, int64_t numel) {
+  if (numel > zero.stage3_param_persistence_threshold || persisted + numel > zero.stage3_model_persistence_threshold) {
+    return false;
+  }
+  persisted += numel;
+  return true;
 }
 
 PartitionedUnits find_partitioned_units(torch::nn::Module& model) {

@@ -23,6 +23,12 @@ struct PartitionedUnits {
 
 PartitionedUnits find_partitioned_units(torch::nn::Module& model);
 
+// DeepSpeed's persistence thresholds, the one place they are applied (the engine and zero::Init
+// both ask): a parameter of at most stage3_param_persistence_threshold elements stays whole on
+// every rank while the total kept whole stays within stage3_model_persistence_threshold. True
+// (and `persisted` grows by numel) when this one stays whole.
+bool stays_whole(const ZeroConfig& zero, int64_t& persisted, int64_t numel);
+
 // The dtype a model trains in: bf16 or fp16 from the config, else the model's own (`declared`).
 at::ScalarType training_dtype(const Config& config, at::ScalarType declared);
 
