@@ -42,44 +42,6 @@ class TimedWork : public Work {
 
 }  // namespace
 
-void CommStats::add(CollectiveOp op, int64_t elements, int64_t message_bytes, double bus_bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  OpStats& s = stats_[{op, message_bytes}];
-  s.calls += 1;
-  s.elements += elements;
-  s.message_bytes += message_bytes;
-  s.bus_bytes += bus_bytes;
-}
-
-void CommStats::add_time(CollectiveOp op, int64_t message_bytes, double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_[{op, message_bytes}].seconds += seconds;
-}
-
-OpStats CommStats::total(CollectiveOp op) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  OpStats sum;
-  for (const auto& [key, s] : stats_) {
-    if (key.first != op) continue;
-    sum.calls += s.calls;
-    sum.elements += s.elements;
-    sum.message_bytes += s.message_bytes;
-    sum.bus_bytes += s.bus_bytes;
-    sum.seconds += s.seconds;
-  }
-  return sum;
-}
-
-std::map<std::pair<CollectiveOp, int64_t>, OpStats> CommStats::by_size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
-}
-
-void CommStats::reset() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stats_.clear();
-}
-
 CountingCommunicator::CountingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<CommStats> stats)
     : owned_(std::move(inner)), inner_(owned_.get()), stats_(std::move(stats)) {}
 
