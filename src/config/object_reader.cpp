@@ -60,6 +60,35 @@ std::vector<std::string> tokens(std::string_view key) {
   return out;
 }
 
+// The shortest candidate holding every word (two or more) of `word`, or "".
+std::string holding_every_word(std::string_view word, const std::vector<std::string>& candidates) {
+  std::vector<std::string> words = tokens(word);
+  std::string best;
+  if (words.size() < 2) return best;
+  for (const auto& c : candidates) {
+    std::vector<std::string> have = tokens(c);
+    bool all = std::all_of(words.begin(), words.end(), [&](const std::string& w) {
+      return std::find(have.begin(), have.end(), w) != have.end();
+    });
+    if (all && (best.empty() || c.size() < best.size())) best = c;
+  }
+  return best;
+}
+
+// The candidate fewest edits from `word` (the first of equals), and that distance.
+std::pair<std::string, size_t> nearest_spelling(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return {best, best_distance};
+}
+
 bool is_auto_string(const json& value) { return value.is_string() && value.get_ref<const std::string&>() == "auto"; }
 
 }  // namespace
@@ -77,26 +106,8 @@ void Diagnostics::record(const std::string& path, const json& value, ValueSource
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
   // A key that holds every word of the typo ("warmup_steps" → "warmup_num_steps") beats spelling.
-  std::vector<std::string> words = tokens(word);
-  std::string best;
-  if (words.size() >= 2) {
-    for (const auto& c : candidates) {
-      std::vector<std::string> have = tokens(c);
-      bool all = std::all_of(words.begin(), words.end(), [&](const std::string& w) {
-        return std::find(have.begin(), have.end(), w) != have.end();
-      });
-      if (all && (best.empty() || c.size() < best.size())) best = c;
-    }
-    if (!best.empty()) return best;
-  }
-  size_t best_distance = SIZE_MAX;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(word, c);
-    if (d < best_distance) {
-      best_distance = d;
-      best = c;
-    }
-  }
+  if (std::string holder = holding_every_word(word, candidates); !holder.empty()) return holder;
+  auto [best, best_distance] = nearest_spelling(word, candidates);
   size_t limit = std::max<size_t>(2, word.size() / 3);
   bool prefix =
       !best.empty() && (lowercase(best).find(lowercase(word)) == 0 || lowercase(word).find(lowercase(best)) == 0);
@@ -104,26 +115,10 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 }
 
 std::string near_miss(std::string_view word, const std::vector<std::string>& candidates) {
-  std::vector<std::string> words = tokens(word);
-  std::string best;
   // Two edits make most short keys into some other short key (fp32 → fp16, seq → seed): one, there.
-  size_t best_distance = word.size() < 6 ? 2 : 3;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(word, c);
-    if (d < best_distance) {
-      best_distance = d;
-      best = c;
-    }
-  }
-  if (!best.empty() || words.size() < 2) return best;
-  for (const auto& c : candidates) {
-    std::vector<std::string> have = tokens(c);
-    bool all = std::all_of(words.begin(), words.end(), [&](const std::string& w) {
-      return std::find(have.begin(), have.end(), w) != have.end();
-    });
-    if (all && (best.empty() || c.size() < best.size())) best = c;
-  }
-  return best;
+  auto [best, distance] = nearest_spelling(word, candidates);
+  if (!best.empty() && distance <= (word.size() < 6 ? 1u : 2u)) return best;
+  return holding_every_word(word, candidates);
 }
 
 ObjectReader::ObjectReader(const json* object, std::string path, Diagnostics& diagnostics, UnknownKeys unknown)
