@@ -154,8 +154,11 @@ void Engine::publish_master() {
     if (s.stage3 && !s.stage3->is_root(static_cast<int>(b))) {
       // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
       // persistent shard tensor, not into any parameter: their version counters stay.)
-      if (!s.master_is_shards) s.stage3->owned(static_cast<int>(b)).copy_(source);
+      const at::Tensor& owned = s.stage3->owned(static_cast<int>(b));
+      if (!s.master_is_shards) owned.copy_(source);
       if (s.flat->released(static_cast<int>(b))) continue;  // else: gathered on request, keep it current
+      // One rank: a whole unit's parameters view this shard, which holds them now.
+      if (s.flat->buffer(static_cast<int>(b)).data_ptr() == owned.data_ptr()) continue;
     }
     const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
     s.flat->shard(buffer, static_cast<int>(b), s.owner_rank).copy_(source);

@@ -6,6 +6,7 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "util/debug_buffers.h"
@@ -160,10 +161,10 @@ void FlatParams::materialize_as(int b, const at::Tensor& memory) {
 void FlatParams::own_aliased(int b) {
   if (!aliased_[static_cast<size_t>(b)]) return;
   at::Tensor& buffer = buffers_[static_cast<size_t>(b)];
-  const at::Tensor values = buffer.clone();
-  materialize(b);  // clears aliased_ through release's bookkeeping below
+  const void* viewed = buffer.data_ptr();  // still alive: its owner outlives this call
+  materialize(b);
   aliased_[static_cast<size_t>(b)] = false;
-  buffer.copy_(values);
+  std::memcpy(buffer.data_ptr(), viewed, buffer.nbytes());
 }
 
 }  // namespace zero::engine
