@@ -110,8 +110,7 @@ void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
   if (root.raw("compile")) {
     diag.warnings.push_back("compile: LibTorch has no torch.compile (and DeepSpeed 0.14.4+ ignores the key); ignored");
   }
-  if (const nlohmann::json* v = root.raw("pipeline")) {
-    (void)v;
+  if (root.raw("pipeline")) {
     diag.warnings.push_back("pipeline: used only by DeepSpeed's PipelineModule; zerocpp trains the model data-parallel");
   }
   if (root.get_bool("sparse_gradients", false)) {

@@ -1,6 +1,5 @@
 #include "config/hjson.h"
 
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
