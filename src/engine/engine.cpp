@@ -24,6 +24,32 @@
 namespace zero {
 namespace {
 
+// How the stage's gradients are kept and reduced (gradient_strategies.h).
+engine::ReducerOptions reducer_options(const Config& config) {
+  engine::ReducerOptions o;
+  o.gradients = config.zero.stage >= 2 ? engine::ReducerOptions::Gradients::kStreamedIntoShards
+                                       : engine::ReducerOptions::Gradients::kInBucketBuffers;
+  o.whole_buckets = config.zero.stage == 0;
+  o.overlap = config.zero.overlap_comm;
+  o.prescale = config.prescale_gradients;
+  o.predivide_factor = config.gradient_predivide_factor;
+  o.reduce_scatter = config.zero.reduce_scatter;
+  switch (config.communication_data_type) {
+    case CommDType::kFp32:
+      o.wire_dtype = at::kFloat;
+      break;
+    case CommDType::kFp16:
+      o.wire_dtype = at::kHalf;
+      break;
+    case CommDType::kBf16:
+      o.wire_dtype = at::kBFloat16;
+      break;
+    case CommDType::kModel:
+      break;
+  }
+  return o;
+}
+
 // The distinct trainable parameters in registration order (a tied parameter appears once).
 std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) {
   std::vector<at::Tensor> params;
@@ -239,24 +265,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       std::move(params), partitions,
       stage3 ? engine::kWholeGroupBucket : std::max<int64_t>(1, config.zero.reduce_bucket_size), units.group_of,
       adopted);
-  std::optional<at::ScalarType> wire;
-  switch (config.communication_data_type) {
-    case CommDType::kFp32:
-      wire = at::kFloat;
-      break;
-    case CommDType::kFp16:
-      wire = at::kHalf;
-      break;
-    case CommDType::kBf16:
-      wire = at::kBFloat16;
-      break;
-    case CommDType::kModel:
-      break;
-  }
   // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards.
-  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, std::min(config.zero.stage, 2),
-                                                    config.zero.overlap_comm, config.prescale_gradients,
-                                                    config.gradient_predivide_factor, wire, config.zero.reduce_scatter);
+  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config));
   if (stage3) {
     s.stage3 = std::make_unique<engine::Stage3>(
         *s.flat, s.comm, world.rank(), std::move(units),
