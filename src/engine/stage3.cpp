@@ -50,7 +50,6 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       bucket_of_unit_(map_.units.size(), -1),
       element_size_(static_cast<int64_t>(c10::elementSize(flat_.dtype()))),
       limits_(limits),
-      kept_(flat_.layout().buckets().size(), false),
       inflight_(flat_.layout().buckets().size()) {
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -67,6 +66,7 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       flat_.release(static_cast<int>(b));
     }
   }
+  states_ = UnitStates(root_);
   for (size_t u = 0; u < map_.units.size(); ++u) {
     if (bucket_of_unit_[u] < 0) continue;  // a unit without trainable parameters: nothing to do
     map_.units[u]->attach(this, static_cast<int>(u));
@@ -91,6 +91,7 @@ void Stage3::wait_inflight(int b) {
     work->wait();
     work.reset();
   }
+  if (states_.at(b) == ShardState::kGathering) states_.set(b, ShardState::kWhole);
 }
 
 int64_t Stage3::elements(int b) const { return flat_.layout().buckets()[static_cast<size_t>(b)].padded; }
@@ -98,15 +99,16 @@ int64_t Stage3::elements(int b) const { return flat_.layout().buckets()[static_c
 bool Stage3::fits(int b) const { return gathered_ + elements(b) <= limits_.max_live; }
 
 void Stage3::release(int b) {
+  if (states_.at(b) == ShardState::kSharded) return;
   wait_inflight(b);  // never free memory a collective still writes
+  states_.set(b, ShardState::kSharded);  // an error for the root, which is never freed
   flat_.release(b);
-  kept_[static_cast<size_t>(b)] = false;
   gathered_ -= elements(b);
 }
 
 std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
-  sequence_.push_back(b);
-  sequence_hash_ = (sequence_hash_ ^ static_cast<uint64_t>(b + 1)) * kFnvPrime;
+  states_.set(b, async ? ShardState::kGathering : ShardState::kWhole);
+  gather_order_.record(b);
   gathered_ += elements(b);
   gathered_peak_ = std::max(gathered_peak_, gathered_);
   if (comm_.size() == 1) {
@@ -123,11 +125,11 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
 
 void Stage3::gather(int b) {
   wait_inflight(b);
-  if (flat_.released(b)) start_gather(b, /*async=*/false);
+  if (states_.at(b) == ShardState::kSharded) start_gather(b, /*async=*/false);
 }
 
 void Stage3::prefetch(int b) {
-  if (!flat_.released(b) || elements(b) > limits_.prefetch_bucket || !fits(b)) return;
+  if (states_.at(b) != ShardState::kSharded || elements(b) > limits_.prefetch_bucket || !fits(b)) return;
   inflight_[static_cast<size_t>(b)] = start_gather(b, /*async=*/true);
 }
 
@@ -135,15 +137,15 @@ void Stage3::begin_forward() {
   in_forward_ = true;
   cursor_ = 0;
   // Units kept for a backward that never came (a forward without one) go now.
-  for (size_t b = 0; b < kept_.size(); ++b) {
-    if (kept_[b] && !flat_.released(static_cast<int>(b))) release(static_cast<int>(b));
+  for (size_t b = 0; b < states_.size(); ++b) {
+    if (states_.at(static_cast<int>(b)) == ShardState::kKept) release(static_cast<int>(b));
   }
 }
 
 void Stage3::end_forward() {
   in_forward_ = false;
-  if (recorded_) return;
-  recorded_ = true;
+  if (mode_ != StepMode::kRecording) return;
+  mode_ = StepMode::kFollowing;
   position_of_.assign(map_.units.size(), -1);
   for (size_t i = order_.size(); i-- > 0;) position_of_[static_cast<size_t>(order_[i])] = static_cast<int>(i);
   record_reuse_distances();
@@ -172,16 +174,16 @@ void Stage3::gather_all() {
 
 void Stage3::release_all() {
   for (size_t b = 0; b < root_.size(); ++b) {
-    if (!root_[b] && !flat_.released(static_cast<int>(b))) release(static_cast<int>(b));
+    if (!root_[b]) release(static_cast<int>(b));
   }
 }
 
 void Stage3::before_forward(UnitBase& unit) {
   const int u = unit.unit_index();
-  if (in_forward_ && !recorded_) order_.push_back(u);
-  const bool follow = in_forward_ && recorded_ && order_holds_;
+  if (in_forward_ && mode_ == StepMode::kRecording) order_.push_back(u);
+  const bool follow = in_forward_ && mode_ == StepMode::kFollowing;
   if (follow && (cursor_ >= order_.size() || order_[cursor_] != u)) {
-    order_holds_ = false;
+    mode_ = StepMode::kOnDemand;
     if (rank_ == 0) {
       std::fprintf(stderr,
                    "zerocpp: warning: stage 3: the units ran in a different order than on the first step; "
@@ -190,7 +192,7 @@ void Stage3::before_forward(UnitBase& unit) {
   }
   ++cursor_;
   gather(bucket_of_unit_[static_cast<size_t>(u)]);
-  if (follow && order_holds_ && cursor_ < order_.size())
+  if (mode_ == StepMode::kFollowing && follow && cursor_ < order_.size())
     prefetch(bucket_of_unit_[static_cast<size_t>(order_[cursor_])]);
 }
 
@@ -202,59 +204,34 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
     static_cast<const at::TensorBase&>(output).register_hook([this, b, u](const at::TensorBase&) {
       gather(b);
       // Backward runs the units in reverse: the one before this in forward order comes next.
-      if (recorded_ && order_holds_ && position_of_[static_cast<size_t>(u)] > 0)
+      if (mode_ == StepMode::kFollowing && position_of_[static_cast<size_t>(u)] > 0)
         prefetch(bucket_of_unit_[static_cast<size_t>(
             order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)])]);
     });
   }
-  // cursor_ - 1: this unit's position in the recorded order (before_forward advanced it).
-  const bool reuse = in_forward_ && recorded_ && order_holds_ && cursor_ >= 1 && cursor_ <= order_.size() &&
-                     reuse_distance_[cursor_ - 1] <= limits_.max_reuse_distance && gathered_ <= limits_.max_live;
-  if (reuse) {
-    kept_[static_cast<size_t>(b)] = true;
+  if (keep_after_forward()) {
+    states_.set(b, ShardState::kKept);
   } else {
     release(b);
   }
   return output;
 }
 
+bool Stage3::keep_after_forward() const {
+  // cursor_ - 1: this unit's position in the recorded order (before_forward advanced it).
+  return in_forward_ && mode_ == StepMode::kFollowing && cursor_ >= 1 && cursor_ <= order_.size() &&
+         reuse_distance_[cursor_ - 1] <= limits_.max_reuse_distance && gathered_ <= limits_.max_live;
+}
+
 void Stage3::on_bucket_complete(int b) {
-  if (!root_[static_cast<size_t>(b)] && !flat_.released(b)) release(b);
+  if (!root_[static_cast<size_t>(b)]) release(b);
 }
 
 void Stage3::verify_order(const std::vector<std::string>& param_names) {
-  const auto h = static_cast<int64_t>(sequence_hash_);
-  at::Tensor extremes = at::tensor({h, ~h}, at::kLong);  // max of h and of ~h: max and min of h
-  comm_.all_reduce(extremes, ReduceOp::kMax, {.async = false});
-  const bool same = extremes[0].item<int64_t>() == ~extremes[1].item<int64_t>();
-  std::vector<int64_t> mine = std::move(sequence_);
-  sequence_.clear();
-  sequence_hash_ = kFnvOffset;
-  if (same) return;
-  // Rare path: collect every rank's sequence to name the first difference.
-  at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  comm_.all_reduce(length, ReduceOp::kMax, {.async = false});
-  const int64_t n = length.item<int64_t>();
-  at::Tensor padded = at::full({n}, -1, at::kLong);
-  for (size_t i = 0; i < mine.size(); ++i) padded[static_cast<int64_t>(i)] = mine[i];
-  at::Tensor all = at::empty({comm_.size() * n}, at::kLong);
-  comm_.all_gather(padded, all, {.async = false});
-  const at::Tensor table = all.view({comm_.size(), n});
-  auto unit = [&](int64_t b) -> std::string {
-    if (b < 0) return "nothing";
+  gather_order_.verify(comm_, [&](int64_t b) {
     const int p = flat_.layout().buckets()[static_cast<size_t>(b)].params.front();
     return "the unit holding " + param_names[static_cast<size_t>(p)];
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    for (int r = 1; r < comm_.size(); ++r) {
-      const int64_t a = table[0][i].item<int64_t>(), other = table[r][i].item<int64_t>();
-      if (a == other) continue;
-      throw Error("stage 3: ranks gathered units in different orders: gather #" + std::to_string(i + 1) + " was " +
-                      unit(a) + " on rank 0 but " + unit(other) + " on rank " + std::to_string(r) +
-                      "; every rank must run the units in the same order",
-                  "zero_optimization.stage", rank_);
-    }
-  }
+  });
 }
 
 void Stage3::own_view(int b, at::Tensor view) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "engine/flat_params.h"
+#include "engine/gather_order.h"
+#include "engine/unit_states.h"
 #include "zero/communicator.h"
 #include "zero/unit.h"
 
@@ -49,7 +51,8 @@ class Stage3 : public detail::UnitHooks {
   void begin_forward();
   void end_forward();
 
-  void gather(int b);  // all-gathers bucket b unless it is already whole
+  void gather(int b);   // all-gathers bucket b unless it is already whole (idempotent)
+  void release(int b);  // frees a unit's bucket unless it is already sharded (idempotent; never the root)
   // Collective, once per optimizer step: every rank must have gathered the same units in the same
   // order since the last check (same-sized units gathered in different orders would silently mix
   // their shards). An error naming the first difference otherwise. One 16-byte all-reduce.
@@ -65,6 +68,8 @@ class Stage3 : public detail::UnitHooks {
   int64_t owned_bytes() const;
   // The most bytes of unit (non-root) parameters gathered at once since construction.
   int64_t gathered_peak() const { return gathered_peak_ * element_size_; }
+  ShardState state(int b) const { return states_.at(b); }
+  StepMode mode() const { return mode_; }
 
  private:
   FlatParams& flat_;
@@ -82,22 +87,22 @@ class Stage3 : public detail::UnitHooks {
   // Per position of order_: elements gathered before the same unit runs again (forward, then
   // backward in reverse order); INT64_MAX when it does not.
   std::vector<int64_t> reuse_distance_;
-  std::vector<bool> kept_;  // per bucket: left whole after its forward for reuse
-  // order_holds_: the units still run in the recorded order (prefetch and reuse stay on).
-  bool recorded_ = false, in_forward_ = false, order_holds_ = true;
-  size_t cursor_ = 0;
-  std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: a prefetch not yet waited for
+  UnitStates states_{{}};  // per bucket (unit_states.h)
+  StepMode mode_ = StepMode::kRecording;
+  bool in_forward_ = false;  // inside Engine::forward (units run outside it are gathered on demand)
+  size_t cursor_ = 0;        // units run so far in this forward
+  std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: the prefetch of a kGathering unit
   void prefetch(int b);
   bool fits(int b) const;  // gathering b keeps the units whole within max_live
   int64_t elements(int b) const;
   void record_reuse_distances();
-  void wait_inflight(int b);
-  // Materialises bucket b, records it in the gather sequence, and all-gathers into it.
+  void wait_inflight(int b);  // kGathering -> kWhole
+  // Materialises bucket b, records it in the gather order, and all-gathers into it.
   std::shared_ptr<Work> start_gather(int b, bool async);
-  std::vector<int64_t> sequence_;  // buckets gathered since the last verify_order
-  static constexpr uint64_t kFnvOffset = 14695981039346656037ull, kFnvPrime = 1099511628211ull;  // FNV-1a
-  uint64_t sequence_hash_ = kFnvOffset;
-  void release(int b);  // a unit's bucket, counted
+  GatherOrder gather_order_;
+  // The keep-or-free decision after a unit's forward: kept when the recorded order says it runs
+  // again within max_reuse_distance elements and the units whole stay within max_live.
+  bool keep_after_forward() const;
 };
 
 }  // namespace zero::engine
