@@ -168,11 +168,6 @@ class Engine {
   const std::vector<std::string>& warnings() const;
 
  private:
-  // All-gathers bucket b's updated shards into every rank's parameters.
-  void gather_bucket(int b);
-  // The owned master shards into this rank's parameters, then all-gathered (after a step or a load).
-  void publish_master();
-
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -13,6 +13,7 @@
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
+#include "engine/partition.h"
 #include "engine/partitioned_init.h"
 #include "optim/cpu_kernels.h"
 #include "optim/flat_optimizer.h"
@@ -103,94 +104,7 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   return out;
 }
 
-// The weight decay of every owned element, as runs over the owned buffer (parameter groups).
-std::vector<optim::DecayRun> decay_runs(const engine::FlatParams& flat, int owner,
-                                        const std::vector<ParamGroup>& groups, double default_decay, int rank) {
-  std::unordered_map<const void*, double> decay_of;
-  for (const ParamGroup& g : groups) {
-    for (const auto& p : g.params) {
-      if (!decay_of.emplace(p.unsafeGetTensorImpl(), g.weight_decay).second) {
-        throw Error("a parameter is in two parameter groups", "param_groups", rank);
-      }
-    }
-  }
-  const layout::BucketLayout& layout = flat.layout();
-  std::vector<optim::DecayRun> runs;
-  for (size_t i = 0; i < flat.params().size(); ++i) {
-    auto fragment = layout.fragment(static_cast<int>(i), owner);
-    if (!fragment) continue;
-    auto found = decay_of.find(flat.params()[i].unsafeGetTensorImpl());
-    runs.push_back({fragment->owned_offset, fragment->param_end - fragment->param_begin,
-                    found == decay_of.end() ? default_decay : found->second});
-  }
-  if (decay_of.size() > 0) {
-    size_t matched = 0;
-    for (const auto& p : flat.params()) matched += decay_of.count(p.unsafeGetTensorImpl());
-    if (matched != decay_of.size()) {
-      throw Error("a parameter group lists a tensor that is not a trainable parameter of the model", "param_groups",
-                  rank);
-    }
-  }
-  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
-  std::vector<optim::DecayRun> merged;  // adjacent runs with the same decay become one
-  for (const auto& r : runs) {
-    if (!merged.empty() && merged.back().offset + merged.back().length == r.offset &&
-        merged.back().weight_decay == r.weight_decay) {
-      merged.back().length += r.length;
-    } else {
-      merged.push_back(r);
-    }
-  }
-  return merged;
-}
-
 }  // namespace
-
-// At most allgather_bucket_size elements per collective: a piece takes the same columns of every
-// rank's shard.
-void Engine::gather_bucket(int b) {
-  State& s = *state_;
-  const at::Tensor& buffer = s.flat->buffer(b);
-  const int n = s.flat->layout().world_size();
-  const int64_t shard = s.flat->layout().buckets()[static_cast<size_t>(b)].shard;
-  // 0: no limit (DeepSpeed's usual all_gather_into_tensor path ignores the size too).
-  const int64_t limit = s.config.zero.allgather_bucket_size;
-  const int64_t columns = limit == 0 ? shard : std::max<int64_t>(1, limit / n);
-  if (columns >= shard) {
-    s.comm.all_gather(s.flat->shard(buffer, b, s.owner_rank), buffer, {.async = false});
-    return;
-  }
-  const at::Tensor rows = buffer.view({n, shard});
-  at::Tensor staging = at::empty({n * columns}, buffer.options());
-  for (int64_t offset = 0; offset < shard; offset += columns) {
-    const int64_t width = std::min(columns, shard - offset);
-    at::Tensor piece = staging.narrow(0, 0, n * width);
-    s.comm.all_gather(rows[s.owner_rank].narrow(0, offset, width), piece, {.async = false});
-    rows.narrow(1, offset, width).copy_(piece.view({n, width}));
-  }
-}
-
-void Engine::publish_master() {
-  State& s = *state_;
-  if (s.master_is_params) return;  // one partition: nothing to copy, no one to gather from
-  // The owned master shards into the parameters, then every rank's shards to every rank.
-  const auto& buckets = s.flat->layout().buckets();
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    const at::Tensor source = s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard);
-    if (s.stage3 && !s.stage3->is_root(static_cast<int>(b))) {
-      // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
-      // persistent shard tensor, not into any parameter: their version counters stay.)
-      const at::Tensor& owned = s.stage3->owned(static_cast<int>(b));
-      if (!s.master_is_shards) owned.copy_(source);
-      if (s.flat->released(static_cast<int>(b))) continue;  // else: gathered on request, keep it current
-      // One rank: a whole unit's parameters view this shard, which holds them now.
-      if (s.flat->buffer(static_cast<int>(b)).data_ptr() == owned.data_ptr()) continue;
-    }
-    const at::Tensor& buffer = s.flat->buffer(static_cast<int>(b));
-    s.flat->shard(buffer, static_cast<int>(b), s.owner_rank).copy_(source);
-    if (s.flat->layout().world_size() > 1) gather_bucket(static_cast<int>(b));
-  }
-}
 
 Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups) {
   check_config(config, world);
@@ -227,7 +141,6 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     for (auto& b : model.buffers()) s.comm.broadcast(b.detach(), 0, {.async = false});
   }
   const int partitions = config.zero.stage == 0 ? 1 : world.size();
-  s.owner_rank = partitions == 1 ? 0 : world.rank();
   std::vector<at::Tensor> params = trainable_parameters(model);
   {
     std::unordered_map<const void*, std::string> name_of;  // a tied parameter keeps its first name
@@ -265,8 +178,12 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       std::move(params), partitions,
       stage3 ? engine::kWholeGroupBucket : std::max<int64_t>(1, config.zero.reduce_bucket_size), units.group_of,
       adopted);
-  // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards.
-  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config));
+  // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards, which the
+  // partition holds.
+  s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, partitions == 1 ? 0 : world.rank(),
+                                                    config.zero.stage >= 2, config.zero.allgather_bucket_size);
+  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config),
+                                                    s.partition->gradient_accumulator());
   if (stage3) {
     s.stage3 = std::make_unique<engine::Stage3>(
         *s.flat, s.comm, world.rank(), std::move(units),
@@ -275,57 +192,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance});
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
-  if (partitions == 1 && s.flat->dtype() == at::kFloat && s.flat->whole().defined()) {
-    // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
-    // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
-    s.master = s.flat->whole();
-    s.master_is_params = true;
-  } else {
-    std::vector<at::Tensor> shards;
-    for (size_t b = 0; b < s.flat->layout().buckets().size(); ++b) {
-      const int bucket = static_cast<int>(b);
-      shards.push_back(s.stage3 && !s.stage3->is_root(bucket) ? s.stage3->owned(bucket)
-                                                              : s.flat->shard(s.flat->buffer(bucket), bucket, s.owner_rank));
-    }
-    s.master = at::cat(shards).to(at::kFloat);
-    if (s.stage3 && s.flat->dtype() == at::kFloat) {
-      // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
-      // (one fp32 copy of the owned parameters less per rank).
-      const auto& buckets = s.flat->layout().buckets();
-      for (size_t b = 0; b < buckets.size(); ++b) {
-        if (s.stage3->is_root(static_cast<int>(b))) continue;
-        s.stage3->own_view(static_cast<int>(b), s.master.narrow(0, buckets[b].owned_offset, buckets[b].shard));
-      }
-      s.master_is_shards = true;
-    }
-  }
-  // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
-  // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
-  optim::ParamFragments fragments;
-  fragments.num_params = static_cast<int>(s.flat->params().size());
-  for (int i = 0; i < fragments.num_params; ++i) {
-    if (auto f = s.flat->layout().fragment(i, s.owner_rank)) {
-      fragments.fragments.push_back({f->owned_offset, f->param_end - f->param_begin, i});
-    }
-  }
-  // The model's own parameter tensors (stages 0-2) or zero::Init's shards (stage 3, fp32) were
-  // copied above and freed, leaving holes no buffer of that size fits: their pages go back before
-  // the optimizer state is allocated, so they never add to the peak (issue 13).
-  release_freed_memory();
-  // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
-  const int64_t sub_group = config.zero.sub_group_size;
-  s.tiles = sub_group == 0 ? optim::tiles_per_parameter(s.master.numel(), fragments.fragments)
-                           : optim::tiles_of(s.master.numel(), sub_group);
-  if (partitions > 1) {
-    fragments.sum_over_ranks = [&comm = s.comm](const at::Tensor& sums) {
-      comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
-    };
-  }
-  s.optimizer = optim::make_flat_optimizer(
-      config.optimizer, s.master.numel(),
-      decay_runs(*s.flat, s.owner_rank, groups, config.optimizer.weight_decay, world.rank()), std::move(fragments),
-      std::max<int64_t>(1, sub_group));
-  s.optimizer->use_tiles(s.tiles);
+  s.partition->make_master(s.stage3.get());
+  s.partition->make_optimizer(config.optimizer, groups, config.zero.sub_group_size, world.rank());
 }
 
 Engine::~Engine() = default;
@@ -370,14 +238,10 @@ void Engine::step() {
   if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
   at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
   const double average = s.reducer->averaging_factor();
-  // Everything below runs in tiles of sub_group_size elements (DeepSpeed's unit of the step).
-  const std::vector<optim::Tile>& tiles = s.tiles;
-  // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, tile by tile
-  // in one fused pass (no temporaries); padding elements are zero and add nothing. It is not
-  // finite exactly when some gradient is not: the fp16 overflow check reads it too.
-  double sum_of_squares = 0;
-  for (const optim::Tile t : tiles)
-    sum_of_squares += optim::sum_of_squares(grads.data_ptr<float>() + t.offset, t.length);
+  // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
+  // sub_group_size elements (DeepSpeed's unit of the step). It is not finite exactly when some
+  // gradient is not: the fp16 overflow check reads it too.
+  const double sum_of_squares = s.partition->sum_of_squares(grads);
   if (s.config.fp16.enabled) {
     // Overflow anywhere skips the step everywhere.
     const bool finite = std::isfinite(sum_of_squares);
@@ -410,8 +274,8 @@ void Engine::step() {
                            .step = s.applied_steps + 1,
                            .grad_scale = average / combined};
   if (auto betas = s.schedule.betas()) std::tie(params.beta1, params.beta2) = *betas;
-  s.optimizer->step(s.master, grads, params);
-  publish_master();
+  s.partition->step(grads, params);
+  s.partition->sync_parameters();
   s.schedule.step();
   s.scaler.update(false);
   s.reducer->zero();
@@ -454,11 +318,8 @@ MemoryReport Engine::memory_report() const {
   MemoryReport r;
   r.parameters = s.flat->bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
   r.gradients = s.reducer->gradient_bytes();
-  // Where the units' shards are the master, those bytes count once, as parameters.
-  r.master_weights = s.master_is_params ? 0
-                                        : static_cast<int64_t>(s.master.nbytes()) -
-                                              (s.master_is_shards ? s.stage3->owned_bytes() : 0);
-  r.optimizer_state = s.optimizer->state_bytes();
+  r.master_weights = s.partition->master_bytes();
+  r.optimizer_state = s.partition->state_bytes();
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();
   r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;

@@ -94,8 +94,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 
   // Stage 0: every rank holds the same state, rank 0 writes it.
   const int partitions = s.flat->layout().world_size();
-  std::vector<std::pair<std::string, at::Tensor>> kinds = {{"master", s.master}};
-  for (auto& entry : s.optimizer->state()) kinds.push_back(entry);
+  const std::vector<std::pair<std::string, at::Tensor>> kinds = s.partition->states();
   checkpoint::FileDigest digest, rng_digest;
   try {
     if (partitions > 1 || rank == 0) {
@@ -108,7 +107,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       // A 16-bit model's own weights, after the fp32 buffers: what it computes with, readable
       // without rounding the masters again (they are exactly these, rounded).
       if (s.flat->dtype() != at::kFloat) {
-        const at::Tensor sixteen = s.master.to(s.flat->dtype());
+        const at::Tensor sixteen = s.partition->master().to(s.flat->dtype());
         writer.write(sixteen.data_ptr(), sixteen.nbytes());
       }
       digest = writer.finish();
@@ -250,14 +249,14 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
                     manifest_path);
       return k;
     };
-    targets.emplace_back(kind_index("master"), s.master);
-    if (!options.load_module_only && options.load_optimizer_states) {
-      for (const auto& [name, tensor] : s.optimizer->state()) targets.emplace_back(kind_index(name), tensor);
+    for (const auto& [name, tensor] : s.partition->states()) {
+      if (name == "master" || (!options.load_module_only && options.load_optimizer_states))
+        targets.emplace_back(kind_index(name), tensor);
     }
     // Nothing is written before every rank has checked every file it will read: a damaged
     // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
     for (size_t i = 0; i < s.param_names.size(); ++i) {
-      auto mine = s.flat->layout().fragment(static_cast<int>(i), s.owner_rank);
+      auto mine = s.flat->layout().fragment(static_cast<int>(i), s.partition->owner_rank());
       if (!mine || source_of[i] < 0) continue;
       r.verify(source_of[i], mine->param_begin, mine->param_end);
       reads.push_back({source_of[i], *mine});
@@ -279,7 +278,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   }
   engine::agree(s.comm, error, rank, "load_checkpoint");
   const json& m = reader->manifest();
-  publish_master();
+  s.partition->sync_parameters();
   s.reducer->zero();
   if (!options.load_module_only) {
     const json& c = m.at("counters");

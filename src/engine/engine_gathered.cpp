@@ -36,13 +36,8 @@ Engine::GatheredParameters::~GatheredParameters() {
     if (modifier_rank_ >= 0) {
       // The modifier's whole buffer to everyone (raw collective writes: no version bumps), then
       // this rank's shard of it becomes its master and, at stage 3, its persistent shard.
-      const at::Tensor& buffer = s.flat->buffer(b);
-      s.comm.broadcast(buffer, modifier_rank_, {.async = false});
-      const at::Tensor shard = s.flat->shard(buffer, b, s.owner_rank);
-      const at::Tensor master = s.master.narrow(0, buckets[i].owned_offset, buckets[i].shard);
-      // (At one rank a whole stage-3 unit views its shard, which an fp32 master already is.)
-      if (!s.master_is_params && master.data_ptr() != shard.data_ptr()) master.copy_(shard);
-      if (s.stage3 && !s.stage3->is_root(b) && !s.master_is_shards) s.stage3->owned(b).copy_(shard);
+      s.comm.broadcast(s.flat->buffer(b), modifier_rank_, {.async = false});
+      s.partition->take_parameters(b);
     }
   }
   if (s.stage3) s.stage3->release_all();

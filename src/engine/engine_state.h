@@ -9,8 +9,8 @@
 
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
+#include "engine/partition.h"
 #include "engine/stage3.h"
-#include "optim/flat_optimizer.h"
 #include "zero/comm_stats.h"
 #include "zero/engine.h"
 #include "zero/loss_scaler.h"
@@ -26,14 +26,10 @@ struct Engine::State {
   std::unique_ptr<engine::FlatParams> flat;
   std::unique_ptr<engine::GradReducer> reducer;
   std::unique_ptr<engine::Stage3> stage3;  // stage 3 only; destroyed first (it detaches the units)
-  at::Tensor master;                       // fp32, the owned shards of every bucket, bucket after bucket
-  bool master_is_params = false;           // fp32 model, one partition: master is flat->whole()
-  bool master_is_shards = false;           // fp32 model, stage 3: the units' shards view the master
-  std::unique_ptr<optim::FlatOptimizer> optimizer;
-  std::vector<optim::Tile> tiles;  // the step's slices of the owned buffer (sub_group_size)
+  // What this rank owns of every bucket: master, moments, gradient accumulator (partition.h).
+  std::unique_ptr<engine::Partition> partition;
   LrSchedule schedule;
   LossScaler scaler;
-  int owner_rank = 0;  // which shard of each bucket this rank owns (0 at stage 0: all of it)
   int64_t micro_steps = 0, global_steps = 0, skipped_steps = 0, applied_steps = 0;
   bool step_applied = false;
   double grad_norm = 0;

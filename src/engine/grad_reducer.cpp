@@ -28,14 +28,14 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-GradReducer::GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options)
+GradReducer::GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options, at::Tensor accumulator)
     : flat_(flat),
       comm_(comm),
       options_(options),
       launcher_(flat.layout(), [this](int b) { return strategy_->launch(b); }) {
   if (options.gradients == ReducerOptions::Gradients::kStreamedIntoShards) {
     if (options.whole_buckets) throw Error("streamed gradients are reduced into shards, never into whole buckets");
-    strategy_ = std::make_unique<StreamedGradients>(flat, comm, options, launcher_);
+    strategy_ = std::make_unique<StreamedGradients>(flat, comm, options, launcher_, std::move(accumulator));
   } else {
     strategy_ = std::make_unique<InBucketGradients>(flat, comm, options);
   }

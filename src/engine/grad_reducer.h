@@ -34,7 +34,9 @@ namespace zero::engine {
 
 class GradReducer {
  public:
-  GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options);
+  // `accumulator`: streamed gradients accumulate there (the partition's gradient home); undefined:
+  // the reducer allocates its own.
+  GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options, at::Tensor accumulator = {});
   ~GradReducer();
 
   // Before backward: whether this micro-step's gradients are reduced (streamed: always; in

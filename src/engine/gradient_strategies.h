@@ -83,7 +83,10 @@ class InBucketGradients : public GradientStrategy {
 class StreamedGradients : public GradientStrategy {
  public:
   // `launcher`: the pool waits on its oldest reduction rather than grow past two buffers.
-  StreamedGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options, ReductionLauncher& launcher);
+  // `accumulator`: where the owned gradients accumulate (the partition's, fp32, owned_numel);
+  // undefined: one of its own.
+  StreamedGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options, ReductionLauncher& launcher,
+                    at::Tensor accumulator);
   void begin_backward(bool reduce) override;
   void on_gradient(int param) override;
   void fill_missing(int bucket) override;
@@ -98,7 +101,7 @@ class StreamedGradients : public GradientStrategy {
   at::Tensor acquire_bucket(int b);
   void release_bucket(int b);
   ReductionLauncher& launcher_;
-  at::Tensor accumulator_;  // owned shards, fp32
+  at::Tensor accumulator_;  // owned shards, fp32 (the partition's)
   // zero() was called and no reduction has landed since: the accumulator's contents are garbage
   // that the next reducing micro-step overwrites (first_since_zero_: this one does).
   bool stale_ = false, first_since_zero_ = false;

@@ -7,10 +7,11 @@
 namespace zero::engine {
 
 StreamedGradients::StreamedGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options,
-                                     ReductionLauncher& launcher)
+                                     ReductionLauncher& launcher, at::Tensor accumulator)
     : GradientStrategy(flat, comm, options),
       launcher_(launcher),
-      accumulator_(at::zeros({flat.layout().owned_numel()}, at::kFloat)),
+      accumulator_(accumulator.defined() ? std::move(accumulator)
+                                         : at::zeros({flat.layout().owned_numel()}, at::kFloat)),
       arrived_(flat.params().size(), 0),
       staged_(flat.layout().buckets().size()),
       staged_whole_(flat.layout().buckets().size()) {}

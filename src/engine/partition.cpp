@@ -1,0 +1,201 @@
+#include "engine/partition.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "engine/stage3.h"
+#include "optim/cpu_kernels.h"
+#include "zero/allocator.h"
+#include "zero/error.h"
+
+namespace zero::engine {
+namespace {
+
+// The weight decay of every owned element, as runs over the owned buffer (parameter groups).
+std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const std::vector<ParamGroup>& groups,
+                                        double default_decay, int rank) {
+  std::unordered_map<const void*, double> decay_of;
+  for (const ParamGroup& g : groups) {
+    for (const auto& p : g.params) {
+      if (!decay_of.emplace(p.unsafeGetTensorImpl(), g.weight_decay).second) {
+        throw Error("a parameter is in two parameter groups", "param_groups", rank);
+      }
+    }
+  }
+  const layout::BucketLayout& layout = flat.layout();
+  std::vector<optim::DecayRun> runs;
+  for (size_t i = 0; i < flat.params().size(); ++i) {
+    auto fragment = layout.fragment(static_cast<int>(i), owner);
+    if (!fragment) continue;
+    auto found = decay_of.find(flat.params()[i].unsafeGetTensorImpl());
+    runs.push_back({fragment->owned_offset, fragment->param_end - fragment->param_begin,
+                    found == decay_of.end() ? default_decay : found->second});
+  }
+  if (decay_of.size() > 0) {
+    size_t matched = 0;
+    for (const auto& p : flat.params()) matched += decay_of.count(p.unsafeGetTensorImpl());
+    if (matched != decay_of.size()) {
+      throw Error("a parameter group lists a tensor that is not a trainable parameter of the model", "param_groups",
+                  rank);
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::vector<optim::DecayRun> merged;  // adjacent runs with the same decay become one
+  for (const auto& r : runs) {
+    if (!merged.empty() && merged.back().offset + merged.back().length == r.offset &&
+        merged.back().weight_decay == r.weight_decay) {
+      merged.back().length += r.length;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
+                     int64_t allgather_bucket_size)
+    : flat_(flat), comm_(comm), owner_rank_(owner_rank), allgather_bucket_size_(allgather_bucket_size) {
+  if (accumulate_gradients) gradients_ = at::zeros({flat.layout().owned_numel()}, at::kFloat);
+}
+
+void Partition::make_master(Stage3* stage3) {
+  stage3_ = stage3;
+  if (flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
+    // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
+    // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
+    master_ = flat_.whole();
+    master_is_params_ = true;
+    return;
+  }
+  const auto& buckets = flat_.layout().buckets();
+  std::vector<at::Tensor> shards;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const int b = static_cast<int>(i);
+    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->owned(b)
+                                                     : flat_.shard(flat_.buffer(b), b, owner_rank_));
+  }
+  master_ = at::cat(shards).to(at::kFloat);
+  if (stage3_ && flat_.dtype() == at::kFloat) {
+    // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
+    // (one fp32 copy of the owned parameters less per rank).
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (stage3_->is_root(static_cast<int>(b))) continue;
+      stage3_->own_view(static_cast<int>(b), master(static_cast<int>(b)));
+    }
+    master_is_shards_ = true;
+  }
+}
+
+void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<ParamGroup>& groups,
+                               int64_t sub_group_size, int world_rank) {
+  // Note: padding elements fall in no run; their master is 0 and stays 0 under any decay anyway.
+  // Lamb needs whole-parameter norms: each rank sums its fragments, then the sums are added up.
+  optim::ParamFragments fragments;
+  fragments.num_params = static_cast<int>(flat_.params().size());
+  for (int i = 0; i < fragments.num_params; ++i) {
+    if (auto f = flat_.layout().fragment(i, owner_rank_)) {
+      fragments.fragments.push_back({f->owned_offset, f->param_end - f->param_begin, i});
+    }
+  }
+  // The model's own parameter tensors (stages 0-2) or zero::Init's shards (stage 3, fp32) were
+  // copied into the master and freed, leaving holes no buffer of that size fits: their pages go
+  // back before the optimizer state is allocated, so they never add to the peak (issue 13).
+  release_freed_memory();
+  // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
+  tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(master_.numel(), fragments.fragments)
+                               : optim::tiles_of(master_.numel(), sub_group_size);
+  if (flat_.layout().world_size() > 1) {
+    fragments.sum_over_ranks = [&comm = comm_](const at::Tensor& sums) {
+      comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
+    };
+  }
+  optimizer_ = optim::make_flat_optimizer(
+      config, master_.numel(), decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
+      std::move(fragments), std::max<int64_t>(1, sub_group_size));
+  optimizer_->use_tiles(tiles_);
+}
+
+at::Tensor Partition::master(int b) const {
+  const auto& bucket = flat_.layout().buckets()[static_cast<size_t>(b)];
+  return master_.narrow(0, bucket.owned_offset, bucket.shard);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Partition::states() const {
+  std::vector<std::pair<std::string, at::Tensor>> kinds = {{"master", master_}};
+  for (auto& entry : optimizer_->state()) kinds.push_back(entry);
+  return kinds;
+}
+
+double Partition::sum_of_squares(const at::Tensor& grads) const {
+  // One fused pass per tile (no temporaries); padding elements are zero and add nothing.
+  double sum = 0;
+  for (const optim::Tile t : tiles_) sum += optim::sum_of_squares(grads.data_ptr<float>() + t.offset, t.length);
+  return sum;
+}
+
+void Partition::step(const at::Tensor& grads, const optim::StepParams& params) {
+  optimizer_->step(master_, grads, params);
+}
+
+// At most allgather_bucket_size elements per collective: a piece takes the same columns of every
+// rank's shard.
+void Partition::gather_bucket(int b) {
+  const at::Tensor& buffer = flat_.buffer(b);
+  const int n = flat_.layout().world_size();
+  const int64_t shard = flat_.layout().buckets()[static_cast<size_t>(b)].shard;
+  // 0: no limit (DeepSpeed's usual all_gather_into_tensor path ignores the size too).
+  const int64_t columns = allgather_bucket_size_ == 0 ? shard : std::max<int64_t>(1, allgather_bucket_size_ / n);
+  if (columns >= shard) {
+    comm_.all_gather(flat_.shard(buffer, b, owner_rank_), buffer, {.async = false});
+    return;
+  }
+  const at::Tensor rows = buffer.view({n, shard});
+  at::Tensor staging = at::empty({n * columns}, buffer.options());
+  for (int64_t offset = 0; offset < shard; offset += columns) {
+    const int64_t width = std::min(columns, shard - offset);
+    at::Tensor piece = staging.narrow(0, 0, n * width);
+    comm_.all_gather(rows[owner_rank_].narrow(0, offset, width), piece, {.async = false});
+    rows.narrow(1, offset, width).copy_(piece.view({n, width}));
+  }
+}
+
+void Partition::sync_parameters() {
+  if (master_is_params_) return;  // one partition: nothing to copy, no one to gather from
+  const auto& buckets = flat_.layout().buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const int b = static_cast<int>(i);
+    const at::Tensor source = master(b);
+    if (stage3_ && !stage3_->is_root(b)) {
+      // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
+      // persistent shard tensor, not into any parameter: their version counters stay.)
+      const at::Tensor& owned = stage3_->owned(b);
+      if (!master_is_shards_) owned.copy_(source);
+      if (flat_.released(b)) continue;  // else: gathered on request, keep it current
+      // One rank: a whole unit's parameters view this shard, which holds them now.
+      if (flat_.buffer(b).data_ptr() == owned.data_ptr()) continue;
+    }
+    const at::Tensor& buffer = flat_.buffer(b);
+    flat_.shard(buffer, b, owner_rank_).copy_(source);
+    if (flat_.layout().world_size() > 1) gather_bucket(b);
+  }
+}
+
+void Partition::take_parameters(int b) {
+  const at::Tensor shard = flat_.shard(flat_.buffer(b), b, owner_rank_);
+  const at::Tensor mine = master(b);
+  // (At one rank a whole stage-3 unit views its shard, which an fp32 master already is.)
+  if (!master_is_params_ && mine.data_ptr() != shard.data_ptr()) mine.copy_(shard);
+  if (stage3_ && !stage3_->is_root(b) && !master_is_shards_) stage3_->owned(b).copy_(shard);
+}
+
+int64_t Partition::master_bytes() const {
+  // Where the units' shards are the master, those bytes count once, as parameters.
+  if (master_is_params_) return 0;
+  return static_cast<int64_t>(master_.nbytes()) - (master_is_shards_ ? stage3_->owned_bytes() : 0);
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,91 @@
+// Partition — everything this rank owns of the model's buckets, in one object: the fp32 master
+// weights, the optimizer's moments over them, the gradient accumulator (stages 2/3), and the way
+// back to the parameters. Bucket b's part of each lives at [owned_offset, owned_offset + shard)
+// of the flat owned buffers (layout/bucket_layout.h), so one offset addresses all of them.
+//
+// The verbs come in pairs around the optimizer step, in the spirit of Megatron's
+// param-and-grad buffer: the reducer fills gradient_accumulator() during backward (grad sync,
+// grad_reducer.h); step() applies the optimizer tile by tile (sub_group_size); sync_parameters()
+// copies each owned master shard into the model's dtype and all-gathers the buckets (param
+// sync). homes() says where each state is stored; the step reaches states only through this class,
+// so moving one of them (ZeRO-Offload, issue 16) changes this class and not the engine.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/flat_params.h"
+#include "optim/flat_optimizer.h"
+#include "zero/communicator.h"
+#include "zero/config.h"
+#include "zero/engine.h"  // ParamGroup
+
+namespace zero::engine {
+
+class Stage3;
+
+// Where a state's bytes are. Everything is in host memory today; the offload issue adds places.
+enum class Memory { kHost };
+struct StateHomes {
+  Memory parameters = Memory::kHost, master = Memory::kHost, moments = Memory::kHost, gradients = Memory::kHost;
+};
+
+class Partition {
+ public:
+  // `owner_rank`: which shard of every bucket this rank owns (0 with one partition: all of it).
+  // `accumulate_gradients`: stages 2/3 keep an fp32 accumulator of the owned gradients here.
+  Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
+            int64_t allgather_bucket_size);
+
+  // Once the parameters are final (after stage 3 took its shards, `stage3` null below stage 3):
+  // the fp32 master from the owned parameter shards.
+  void make_master(Stage3* stage3);
+  // Then the optimizer over it: DeepSpeed's sub_group_size tiles, parameter groups' decay.
+  void make_optimizer(const OptimizerConfig& config, const std::vector<ParamGroup>& groups, int64_t sub_group_size,
+                      int world_rank);
+
+  int owner_rank() const { return owner_rank_; }
+  const StateHomes& homes() const { return homes_; }
+  // Stages 2/3: the reducer's destination (fp32, owned_numel); undefined below.
+  const at::Tensor& gradient_accumulator() const { return gradients_; }
+  const at::Tensor& master() const { return master_; }
+  at::Tensor master(int b) const;  // bucket b's owned slice of it
+  // The named fp32 states a checkpoint saves and loads: "master", then the optimizer's.
+  std::vector<std::pair<std::string, at::Tensor>> states() const;
+
+  // The local sum of squares of `grads` (owned, fp32), tile by tile; not finite exactly when some
+  // gradient is not.
+  double sum_of_squares(const at::Tensor& grads) const;
+  void step(const at::Tensor& grads, const optim::StepParams& params);
+  // The master into the parameters: each owned shard in the model's dtype, then every rank's
+  // shards to every rank (stage 3: into the persistent shard; a unit gathers it when it runs).
+  void sync_parameters();
+  // GatheredParameters wrote whole bucket b: this rank's shard of it becomes its master (and, at
+  // stage 3, its persistent shard).
+  void take_parameters(int b);
+
+  int64_t master_bytes() const;  // what MemoryReport::master_weights counts
+  int64_t state_bytes() const { return optimizer_->state_bytes(); }
+  int64_t gradient_bytes() const { return gradients_.defined() ? static_cast<int64_t>(gradients_.nbytes()) : 0; }
+
+ private:
+  void gather_bucket(int b);  // all-gather at most allgather_bucket_size elements per collective
+  FlatParams& flat_;
+  Communicator& comm_;
+  int owner_rank_;
+  int64_t allgather_bucket_size_;
+  Stage3* stage3_ = nullptr;
+  StateHomes homes_;
+  at::Tensor gradients_;  // stages 2/3
+  at::Tensor master_;     // fp32, the owned shards of every bucket, bucket after bucket
+  bool master_is_params_ = false;  // fp32 model, one partition: the master is flat.whole()
+  bool master_is_shards_ = false;  // fp32 model, stage 3: the units' shards view the master
+  std::unique_ptr<optim::FlatOptimizer> optimizer_;
+  std::vector<optim::Tile> tiles_;  // the step's slices of the owned buffer (sub_group_size)
+};
+
+}  // namespace zero::engine
