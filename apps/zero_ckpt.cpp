@@ -17,6 +17,7 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/files.h"
 #include "checkpoint/reader.h"
+#include "models/gpt/llmc_sink.h"
 #include "zero/error.h"
 
 namespace {
@@ -97,9 +98,12 @@ int main(int argc, char** argv) {
         {"bf16", zero::checkpoint::OutputDtype::kBf16},
         {"fp16", zero::checkpoint::OutputDtype::kFp16}};
     options.dtype = dtypes.at(dtype);
-    options.format =
-        format == "llmc" ? zero::checkpoint::OutputFormat::kLlmc : zero::checkpoint::OutputFormat::kSafetensors;
-    const zero::checkpoint::ConsolidateResult r = zero::checkpoint::consolidate(options);
+    zero::checkpoint::CheckpointReader reader(options.dir, options.tag);
+    if (format == "llmc" && options.dtype != zero::checkpoint::OutputDtype::kFp32)
+      throw zero::Error("--format llmc writes fp32 (llm.c's version 3)", "--dtype");
+    const auto sink = format == "llmc" ? zero::gpt::llmc_sink(options.out)
+                                       : zero::checkpoint::safetensors_sink(options.out, options.dtype);
+    const zero::checkpoint::ConsolidateResult r = zero::checkpoint::consolidate(reader, *sink);
     fmt::print("zero-ckpt: wrote {} ({} tensors, {} elements, largest {} elements); peak RSS {} KiB\n", options.out,
                r.tensors, r.elements, r.largest_tensor, peak_rss_kib());
     return 0;

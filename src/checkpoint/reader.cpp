@@ -41,18 +41,18 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& ta
                     std::to_string(kFormatVersion),
                 manifest_path_);
   try {
-    for (const auto& p : manifest_.at("params")) {
-      index_[p.at("name").get<std::string>()] = static_cast<int>(names_.size());
-      names_.push_back(p.at("name").get<std::string>());
+    const ManifestLayout layout = layout_from_json(manifest_);
+    for (const auto& p : layout.params) {
+      index_[p.name] = static_cast<int>(names_.size());
+      names_.push_back(p.name);
     }
-    kinds_ = manifest_.at("kinds").get<std::vector<std::string>>();
+    kinds_ = layout.kinds;
     sources_.resize(names_.size());
-    const auto& files = manifest_.at("files");
-    for (size_t f = 0; f < files.size(); ++f) {
-      for (const auto& fr : files[f].at("fragments"))
-        sources_.at(fr.at(0).get<size_t>()).push_back({f, fr.at(1), fr.at(2), fr.at(3)});
+    for (size_t f = 0; f < layout.shards.size(); ++f) {
+      for (const auto& fr : layout.shards[f].fragments)
+        sources_.at(static_cast<size_t>(fr.param)).push_back({f, fr.begin, fr.end, fr.owned_offset});
     }
-    fds_.assign(files.size(), -1);
+    fds_.assign(layout.shards.size(), -1);
   } catch (const nlohmann::json::exception& e) {
     throw Error(manifest_path_ + ": malformed manifest: " + e.what(), manifest_path_);
   }

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/manifest.h"
+
 namespace zero::checkpoint {
 
-inline constexpr const char* kFormatName = "zerocpp-checkpoint";
-inline constexpr int kFormatVersion = 1;
 
 // A tag must be usable as one directory name, and not one the save itself uses ("latest",
 // TAG.partial, TAG.replaced); an error naming it otherwise.

@@ -28,12 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using checkpoint::kFormatName;
 using checkpoint::check_tag;
-using checkpoint::kFormatVersion;
-
-std::string file_name(int rank) { return "rank" + std::to_string(rank) + ".bin"; }
-std::string rng_file_name(int rank) { return "rank" + std::to_string(rank) + ".rng"; }
+using checkpoint::rng_file_name;
+using checkpoint::shard_file_name;
 
 at::Tensor cpu_rng_state() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -98,7 +95,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
   checkpoint::FileDigest digest, rng_digest;
   try {
     if (partitions > 1 || rank == 0) {
-      checkpoint::HashingWriter writer((partial / file_name(rank)).string());
+      checkpoint::HashingWriter writer((partial / shard_file_name(rank)).string());
       const bool crash = crash_requested(rank);
       for (const auto& [name, tensor] : kinds) {
         writer.write(tensor.data_ptr(), tensor.nbytes());
@@ -131,56 +128,45 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 
   if (rank == 0) {
     try {
-      json m;
-      m["format"] = kFormatName;
-      m["version"] = kFormatVersion;
-      m["tag"] = tag;
-      m["world_size"] = s.world.size();
-      m["stage"] = s.config.zero.stage;
-      m["model_dtype"] = std::string(c10::toString(s.flat->dtype()));
-      m["train_batch_size"] = s.config.train_batch_size;
+      checkpoint::Manifest m;
+      m.tag = tag;
+      m.world_size = s.world.size();
+      m.stage = s.config.zero.stage;
+      m.model_dtype = std::string(c10::toString(s.flat->dtype()));
+      m.train_batch_size = s.config.train_batch_size;
       // The effective DeepSpeed config, key path by key path (as `zero-config check` prints it).
-      m["config_origin"] = s.config.origin();
-      m["config"] = json::object();
-      for (const ConfigValue& v : s.config.values()) {
-        const json value = json::parse(v.value, nullptr, false);
-        m["config"][v.path] = value.is_discarded() ? json(v.value) : value;
-      }
-      for (const auto& [name, tensor] : kinds) m["kinds"].push_back(name);
-      if (s.flat->dtype() != at::kFloat) m["params16"] = std::string(c10::toString(s.flat->dtype()));
-      for (size_t i = 0; i < s.flat->params().size(); ++i) {
-        m["params"].push_back({{"name", s.param_names[i]}, {"shape", s.flat->params()[i].sizes().vec()}});
-      }
+      m.config_origin = s.config.origin();
+      for (const ConfigValue& v : s.config.values()) m.config.emplace_back(v.path, v.value);
+      for (const auto& [name, tensor] : kinds) m.layout.kinds.push_back(name);
+      if (s.flat->dtype() != at::kFloat) m.params16 = std::string(c10::toString(s.flat->dtype()));
+      for (size_t i = 0; i < s.flat->params().size(); ++i)
+        m.layout.params.push_back({s.param_names[i], s.flat->params()[i].sizes().vec()});
       for (int r = 0; r < (partitions > 1 ? partitions : 1); ++r) {
-        json f = {{"file", file_name(r)},
-                  {"rank", r},
-                  {"bytes", static_cast<uint64_t>(all[4 * r].item<int64_t>())},
-                  {"xxh3", checkpoint::hex(static_cast<uint64_t>(all[4 * r + 1].item<int64_t>()))},
-                  {"owned_numel", s.flat->layout().owned_numel()},
-                  {"fragments", json::array()}};
+        checkpoint::ManifestShard shard{.rank = r,
+                                        .bytes = static_cast<uint64_t>(all[4 * r].item<int64_t>()),
+                                        .xxh3 = static_cast<uint64_t>(all[4 * r + 1].item<int64_t>()),
+                                        .owned_numel = s.flat->layout().owned_numel()};
         for (int i = 0; i < static_cast<int>(s.flat->params().size()); ++i) {
           if (auto fr = s.flat->layout().fragment(i, r))
-            f["fragments"].push_back({i, fr->param_begin, fr->param_end, fr->owned_offset});
+            shard.fragments.push_back({i, fr->param_begin, fr->param_end, fr->owned_offset});
         }
-        m["files"].push_back(f);
+        m.layout.shards.push_back(std::move(shard));
       }
       for (int r = 0; r < s.world.size(); ++r) {
-        m["rng_states"].push_back({{"file", rng_file_name(r)},
-                                   {"rank", r},
-                                   {"bytes", static_cast<uint64_t>(all[4 * r + 2].item<int64_t>())},
-                                   {"xxh3", checkpoint::hex(static_cast<uint64_t>(all[4 * r + 3].item<int64_t>()))}});
+        m.rng_states.push_back({r, static_cast<uint64_t>(all[4 * r + 2].item<int64_t>()),
+                                static_cast<uint64_t>(all[4 * r + 3].item<int64_t>())});
       }
-      m["counters"] = {{"global_steps", s.global_steps},
-                       {"micro_steps", s.micro_steps},
-                       {"skipped_steps", s.skipped_steps},
-                       {"applied_steps", s.applied_steps}};
-      m["lr_scheduler"] = {{"last_batch_iteration", s.schedule.last_batch_iteration()}};
-      m["loss_scaler"] = {{"scale", s.scaler.scale()},
-                          {"iteration", s.scaler.iteration()},
-                          {"last_overflow_iteration", s.scaler.last_overflow_iteration()},
-                          {"hysteresis_left", s.scaler.hysteresis_left()}};
-      m["client_state"] = client;
-      checkpoint::write_file_atomically((partial / "manifest.json").string(), m.dump(1) + "\n");
+      m.global_steps = s.global_steps;
+      m.micro_steps = s.micro_steps;
+      m.skipped_steps = s.skipped_steps;
+      m.applied_steps = s.applied_steps;
+      m.lr_last_batch_iteration = s.schedule.last_batch_iteration();
+      m.loss_scale = s.scaler.scale();
+      m.scaler_iteration = s.scaler.iteration();
+      m.scaler_last_overflow_iteration = s.scaler.last_overflow_iteration();
+      m.scaler_hysteresis_left = s.scaler.hysteresis_left();
+      m.client_state = client;
+      checkpoint::write_file_atomically((partial / "manifest.json").string(), checkpoint::to_json(m).dump(1) + "\n");
       // An existing tag moves aside before the new one takes its name; `latest` changes last, so
       // an interruption anywhere leaves `latest` naming a complete checkpoint.
       const fs::path replaced = root / (tag + ".replaced");
