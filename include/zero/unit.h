@@ -38,12 +38,8 @@ struct PartitionedUnit {
 };
 
 namespace detail {
-// What a stage-3 engine does around a unit's forward.
-struct UnitHooks {
-  virtual ~UnitHooks() = default;
-  virtual void before_forward(UnitBase& unit) = 0;
-  virtual at::Tensor after_forward(UnitBase& unit, at::Tensor output) = 0;
-};
+// What a stage-3 engine does around a unit's forward (src/engine/unit_hooks.h: inside the library).
+struct UnitHooks;
 // Inside a zero::Init scope: partitions the unit's parameters (defined in the library).
 void partition_if_initializing(UnitBase& unit);
 }  // namespace detail
@@ -61,11 +57,8 @@ class UnitBase : public torch::nn::Module {
   void set_partitioned(PartitionedUnit p) { partitioned_ = std::move(p); }
 
  protected:
-  at::Tensor run(const std::function<at::Tensor()>& forward) {
-    if (hooks_ == nullptr) return forward();
-    hooks_->before_forward(*this);
-    return hooks_->after_forward(*this, forward());
-  }
+  // forward() between the engine's hooks (stage 3: gather before, free after), or alone.
+  at::Tensor run(const std::function<at::Tensor()>& forward);
 
  private:
   detail::UnitHooks* hooks_ = nullptr;

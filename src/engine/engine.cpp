@@ -25,7 +25,7 @@
 namespace zero {
 namespace {
 
-// How the stage's gradients are kept and reduced (gradient_strategies.h).
+// How the stage's gradients are kept and reduced (gradient_strategy.h).
 engine::ReducerOptions reducer_options(const Config& config) {
   engine::ReducerOptions o;
   o.gradients = config.zero.stage >= 2 ? engine::ReducerOptions::Gradients::kStreamedIntoShards
@@ -180,7 +180,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       adopted);
   // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards, which the
   // partition holds.
-  s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, partitions == 1 ? 0 : world.rank(),
+  s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, s.flat->layout().owned_shard(world.rank()),
                                                     config.zero.stage >= 2, config.zero.allgather_bucket_size);
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config),
                                                     s.partition->gradient_accumulator());

@@ -5,6 +5,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "engine/in_bucket_gradients.h"
+#include "engine/streamed_gradients.h"
 #include "zero/error.h"
 
 namespace zero::engine {

@@ -5,7 +5,7 @@
 //     writes it;
 //   ReductionLauncher (reduction_launcher.h): launches bucket reductions in index order on every
 //     rank, whatever order gradients arrive in, and keeps the window of those in flight;
-//   a GradientStrategy (gradient_strategies.h): where gradients live and how a bucket is reduced:
+//   a GradientStrategy (gradient_strategy.h): where gradients live and how a bucket is reduced:
 //     in whole bucket buffers (stages 0/1) or streamed through pooled buffers into fp32 owned
 //     shards (stages 2/3).
 //
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/flat_params.h"
-#include "engine/gradient_strategies.h"
+#include "engine/gradient_strategy.h"
 #include "engine/reduction_launcher.h"
 #include "zero/communicator.h"
 

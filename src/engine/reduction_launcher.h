@@ -2,7 +2,7 @@
 // in: bucket b's reduction is launched once b is complete and every bucket before it has been
 // launched, so all ranks issue the same collectives in the same order. It keeps the launched
 // reductions in a window and finishes them oldest first. What a reduction does is the gradient
-// strategy's (gradient_strategies.h); this class knows only counts and order.
+// strategy's (gradient_strategy.h); this class knows only counts and order.
 #pragma once
 
 #include <deque>

@@ -9,6 +9,7 @@
 
 #include "engine/flat_params.h"
 #include "engine/gather_order.h"
+#include "engine/unit_hooks.h"
 #include "engine/unit_states.h"
 #include "zero/communicator.h"
 #include "zero/unit.h"

@@ -1,7 +1,7 @@
-// StreamedGradients (gradient_strategies.h): stages 2 and 3.
+#include "engine/streamed_gradients.h"
+
 #include <ATen/ATen.h>
 
-#include "engine/gradient_strategies.h"
 #include "util/debug_buffers.h"
 
 namespace zero::engine {

@@ -47,6 +47,9 @@ class BucketLayout {
                const std::vector<int>& order = {}, const std::vector<int>& groups = {});
 
   int world_size() const { return world_size_; }
+  // Which shard of every bucket the rank `rank` of the communicator owns: its own, or with one
+  // partition (stage 0) the only one, whatever its rank.
+  int owned_shard(int rank) const { return world_size_ == 1 ? 0 : rank; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ParamSlot& slot(int param) const { return slots_.at(static_cast<size_t>(param)); }
   size_t num_params() const { return slots_.size(); }

@@ -1,21 +1,9 @@
-#include "engine/gradient_strategies.h"
+#include "engine/in_bucket_gradients.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/strides.h>
 
-#include "zero/error.h"
-
 namespace zero::engine {
-
-GradientStrategy::GradientStrategy(FlatParams& flat, Communicator& comm, const ReducerOptions& options)
-    : flat_(flat), comm_(comm), options_(options), rank_(flat.layout().world_size() == 1 ? 0 : comm.rank()) {}
-
-at::Tensor GradientStrategy::to_wire(const at::Tensor& grads) const {
-  if (options_.prescale) grads.mul_(1.0 / options_.predivide_factor);
-  // communication_data_type: reduce a converted copy, and bring the result back afterwards.
-  const bool convert = options_.wire_dtype && *options_.wire_dtype != grads.scalar_type();
-  return convert ? grads.to(*options_.wire_dtype) : grads;
-}
 
 InBucketGradients::InBucketGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options)
     : GradientStrategy(flat, comm, options) {

@@ -1,10 +1,11 @@
 // Where gradients live between backward and the optimizer step, and how a complete bucket is
-// reduced: the two strategies behind GradReducer (grad_reducer.h).
+// reduced: the interface of the two strategies behind GradReducer (grad_reducer.h), and the
+// options that pick one.
 //
-//   InBucketGradients (stages 0/1): parameter .grad tensors are views into whole bucket buffers
+//   InBucketGradients (in_bucket_gradients.h, stages 0/1): parameter .grad tensors are views into whole bucket buffers
 //     (autograd accumulates into them in place, across micro-steps too); on the boundary each
 //     bucket is all-reduced whole (stage 0) or reduce-scattered into this rank's shard of itself.
-//   StreamedGradients (stages 2/3): every micro-step, each gradient is copied into its bucket's
+//   StreamedGradients (streamed_gradients.h, stages 2/3): every micro-step, each gradient is copied into its bucket's
 //     pooled buffer and freed; a complete bucket is reduce-scattered and this rank's shard added
 //     into an fp32 accumulator of the owned shards. At most two pooled buffers while a reduction
 //     can give one back.
@@ -60,57 +61,6 @@ class GradientStrategy {
   Communicator& comm_;
   ReducerOptions options_;
   int rank_;  // the shard this rank owns (0 with one partition)
-};
-
-class InBucketGradients : public GradientStrategy {
- public:
-  InBucketGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options);
-  void begin_backward(bool reduce) override;
-  void on_gradient(int) override {}
-  void fill_missing(int) override {}  // a gradient that never came is the buffer's zeros
-  PendingReduction launch(int bucket) override;
-  void end_backward() override {}
-  at::Tensor owned_gradients() override;
-  void zero() override;
-  int64_t gradient_bytes() const override;
-
- private:
-  void attach_gradient_views();
-  at::Tensor whole_;                 // every bucket's gradients, model dtype, laid out as FlatParams::whole
-  std::vector<at::Tensor> buckets_;  // views of whole_
-};
-
-class StreamedGradients : public GradientStrategy {
- public:
-  // `launcher`: the pool waits on its oldest reduction rather than grow past two buffers.
-  // `accumulator`: where the owned gradients accumulate (the partition's, fp32, owned_numel);
-  // undefined: one of its own.
-  StreamedGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options, ReductionLauncher& launcher,
-                    at::Tensor accumulator);
-  void begin_backward(bool reduce) override;
-  void on_gradient(int param) override;
-  void fill_missing(int bucket) override;
-  PendingReduction launch(int bucket) override;
-  void end_backward() override;
-  at::Tensor owned_gradients() override;
-  void zero() override;
-  int64_t gradient_bytes() const override;
-  int64_t bucket_bytes() const override { return pool_bytes_; }
-
- private:
-  at::Tensor acquire_bucket(int b);
-  void release_bucket(int b);
-  ReductionLauncher& launcher_;
-  at::Tensor accumulator_;  // owned shards, fp32 (the partition's)
-  // zero() was called and no reduction has landed since: the accumulator's contents are garbage
-  // that the next reducing micro-step overwrites (first_since_zero_: this one does).
-  bool stale_ = false, first_since_zero_ = false;
-  std::vector<char> arrived_;             // gradient received this micro-step, per param
-  std::vector<at::Tensor> staged_;        // the bucket buffer in use, per bucket
-  std::vector<at::Tensor> staged_whole_;  // the pool buffer behind each staged_ view
-  std::vector<at::Tensor> pool_;          // free bucket buffers
-  int64_t pool_bytes_ = 0;
-  int pool_buffers_ = 0;
 };
 
 }  // namespace zero::engine
