@@ -42,7 +42,8 @@ for case in "1 0" "2 1"; do
   train "$1" "$2" "$tmp/saving.log" --steps 10 --save-dir "$tmp/at$1"
   train 4 3 "$tmp/resumed.log" --steps 20 --save-dir "$tmp/at$1" --resume
   steps "$tmp/resumed.log" > "$tmp/got"
-  if same_losses "$tmp/expected" "$tmp/got"; then
+  # --resume without a checkpoint starts afresh: the run must say where it resumed.
+  if grep -q "resumed from $tmp/at$1 at step 10" "$tmp/resumed.log" && same_losses "$tmp/expected" "$tmp/got"; then
     echo "ok   saved at $1 rank(s) stage $2, resumed at 4 ranks stage 3: steps 11-20 match"
   else
     echo "FAIL resume at 4 ranks stage 3 from $1 rank(s) stage $2"; paste "$tmp/expected" "$tmp/got"; fail=1
