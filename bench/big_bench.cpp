@@ -1,4 +1,4 @@
-// bench_big — a big GPT on one rank (issue 13: 201 M parameters): the engine's step against the
+// bench_big — a big GPT on one rank (201 M parameters; docs/PERFORMANCE.md): the engine's step against the
 // bound it cannot beat, measured in the same run: plain LibTorch forward + backward of the same
 // model and batch, plus one pass of AdamW over the parameters at the machine's memory bandwidth
 // (28 bytes per parameter: read w, g, m, v; write w, m, v) measured here by a STREAM-style copy.

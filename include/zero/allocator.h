@@ -27,7 +27,7 @@ bool keep_freed_memory(std::size_t mmap_threshold = std::size_t{32} << 20, std::
 // Gives the pages of memory freed so far back to the system (glibc's malloc_trim), once. The
 // engine calls it while it is built: the model's own parameter tensors, copied into its flat
 // buffers and freed, leave holes between live small objects that no later buffer of that size
-// fits, so under keep_freed_memory they would stay resident for the whole run (issue 13: 1 GB of
+// fits, so under keep_freed_memory they would stay resident for the whole run (docs/PERFORMANCE.md, "Peak RSS and system time": 1 GB of
 // a 201 M-parameter model's 4.3 GB peak). What the step later allocates there is faulted in again,
 // once. Not a setting: the one call above that the library makes. Returns false where the C
 // library has no such call.

@@ -1,4 +1,4 @@
-// zero::LossScaler — fp16 loss scaling as DeepSpeed does it (CONFIG.md, fp16 block).
+// zero::LossScaler — fp16 loss scaling as DeepSpeed does it (docs/config.md, fp16 block).
 //
 // Dynamic: starts at 2^initial_scale_power. On an overflow the step is skipped; if hysteresis is
 // used up the scale halves (never below min_loss_scale), else hysteresis decrements. After

@@ -7,7 +7,7 @@
 // earlier ones finish. When each collective started its own later pieces, two collectives in
 // flight interleaved their pieces by each rank's timing: rank 0's third piece of bucket A met
 // rank 1's first piece of bucket B — MPI_ERR_TRUNCATE and heap corruption when their sizes
-// differed, silently mixed gradients when they agreed (issue 13). Here every piece of every
+// differed, silently mixed gradients when they agreed (found by tests/stress/gpt_stress.cpp). Here every piece of every
 // collective waits in one queue and starts strictly in submission order; a blocking call on the
 // communicator first starts everything queued (start_all), so it too comes after them.
 //

@@ -103,7 +103,7 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   }
   // The model's own parameter tensors (stages 0-2) or zero::Init's shards (stage 3, fp32) were
   // copied into the master and freed, leaving holes no buffer of that size fits: their pages go
-  // back before the optimizer state is allocated, so they never add to the peak (issue 13).
+  // back before the optimizer state is allocated, so they never add to the peak (docs/PERFORMANCE.md, "Peak RSS and system time").
   release_freed_memory();
   // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
   tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(master_.numel(), fragments.fragments)

@@ -8,7 +8,8 @@
 // grad_reducer.h); step() applies the optimizer tile by tile (sub_group_size); sync_parameters()
 // copies each owned master shard into the model's dtype and all-gathers the buckets (param
 // sync). homes() says where each state is stored; the step reaches states only through this class,
-// so moving one of them (ZeRO-Offload, issue 16) changes this class and not the engine.
+// so moving one of them (ZeRO-Offload, docs/engine.md "Not built yet") changes this class and
+// not the engine.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -2,7 +2,7 @@
 // step the matching fp32 gradient slice (already unscaled and clipped) and the hyper-parameters
 // of this step (lr and betas can change every step: schedules, OneCycle momentum).
 //
-// Formulas are DeepSpeed's (CONFIG.md), element-wise, so the result does not depend on how the
+// Formulas are DeepSpeed's (docs/config.md), element-wise, so the result does not depend on how the
 // buffer is partitioned — the property ZeRO's equivalence rests on.
 #pragma once
 

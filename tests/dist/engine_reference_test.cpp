@@ -1,4 +1,5 @@
-// The engine against references computed without it (issue 15's specification): plain LibTorch —
+// The engine against references computed without it (docs/engine.md, "References that do not lean
+// on the engine"): plain LibTorch —
 // its own backward over the whole global batch, clip_grad_norm_, torch::optim::SGD (no momentum)
 // and AdamW — on the same MLP and rows. The engine at stages 0-3 on 1-4 ranks, with and without
 // accumulation and with clipping engaged, must give the same loss, the same reported gradient

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The installed package as a user meets it (issue 15): `cmake --install` into a temporary prefix,
+# The installed package as a user meets it: `cmake --install` into a temporary prefix,
 # examples/mlp configured there as an outside project (find_package(zerocpp)), run under
 # mpirun -np 2, and its output compared with the in-tree train_mlp's: the same code and config on
 # the same library print the same losses.

@@ -2,7 +2,7 @@
 # Every real DeepSpeed config that zerocpp accepts (tests/configs/real_expected.tsv) trains the GPT
 # for two steps at 2 ranks under zero-train, as a user would run it: the trainer's flags give the
 # batch keys the file says "auto" (or leaves out entirely). A file whose batch triad only works at
-# another world size, or that offloads (the engine refuses offload until issue 16), is listed as
+# another world size, or that offloads (the engine refuses offload: docs/engine.md, "Not built yet"), is listed as
 # not run, with the reason; every other one must train with finite losses.
 source "$(dirname "$0")/gpt_e2e_common.sh"
 real=$src/tests/configs/real
@@ -28,7 +28,7 @@ while IFS=$'\t' read -r file world outcome why; do
     echo "FAIL $file: accepted at its own world size, refused at 2 ranks:"; echo "$check"; fail=1; continue
   fi
   if grep -qE '^ +zero_optimization\.offload_(optimizer|param)\.device +"(cpu|nvme)"' <<<"$check"; then
-    echo "not run $file: it offloads, which the engine refuses until issue 16"
+    echo "not run $file: it offloads, which the engine refuses (docs/engine.md, "Not built yet")"
     not_run=$((not_run + 1))
     continue
   fi

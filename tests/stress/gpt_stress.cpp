@@ -1,4 +1,4 @@
-// zero_stress — the engine at sizes where buffers are in flight, against stage 0 (issue 13).
+// zero_stress — the engine at sizes where buffers are in flight, against stage 0 (scripts/stress runs its whole matrix).
 //
 //   mpirun -np N zero_stress --model gpt23m|wide --matrix full|subset [--steps 3]
 //
