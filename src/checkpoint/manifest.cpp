@@ -53,8 +53,10 @@ ManifestLayout layout_from_json(const nlohmann::json& j) {
     layout.params.push_back({p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>()});
   layout.kinds = j.at("kinds").get<std::vector<std::string>>();
   for (const auto& f : j.at("files")) {
-    ManifestShard shard{.rank = f.at("rank"), .owned_numel = f.at("owned_numel")};
+    ManifestShard shard;
+    shard.rank = f.at("rank");
     shard.bytes = f.at("bytes");
+    shard.owned_numel = f.at("owned_numel");
     for (const auto& fr : f.at("fragments")) shard.fragments.push_back({fr.at(0), fr.at(1), fr.at(2), fr.at(3)});
     layout.shards.push_back(std::move(shard));
   }

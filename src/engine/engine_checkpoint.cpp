@@ -142,10 +142,11 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       for (size_t i = 0; i < s.flat->params().size(); ++i)
         m.layout.params.push_back({s.param_names[i], s.flat->params()[i].sizes().vec()});
       for (int r = 0; r < (partitions > 1 ? partitions : 1); ++r) {
-        checkpoint::ManifestShard shard{.rank = r,
-                                        .bytes = static_cast<uint64_t>(all[4 * r].item<int64_t>()),
-                                        .xxh3 = static_cast<uint64_t>(all[4 * r + 1].item<int64_t>()),
-                                        .owned_numel = s.flat->layout().owned_numel()};
+        checkpoint::ManifestShard shard;
+        shard.rank = r;
+        shard.bytes = static_cast<uint64_t>(all[4 * r].item<int64_t>());
+        shard.xxh3 = static_cast<uint64_t>(all[4 * r + 1].item<int64_t>());
+        shard.owned_numel = s.flat->layout().owned_numel();
         for (int i = 0; i < static_cast<int>(s.flat->params().size()); ++i) {
           if (auto fr = s.flat->layout().fragment(i, r))
             shard.fragments.push_back({i, fr->param_begin, fr->param_end, fr->owned_offset});
