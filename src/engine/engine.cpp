@@ -67,10 +67,17 @@ void check_config(const Config& config, const World& world) {
                     " (Config::from_file or Config::resolve)",
                 config.origin());
   }
-  if (config.zero.offload_optimizer.device != OffloadDevice::kNone ||
-      config.zero.offload_param.device != OffloadDevice::kNone) {
-    throw Error("zero_optimization.offload_optimizer / offload_param are not supported by this engine yet",
-                "zero_optimization.offload_optimizer");
+  // CPU offload needs nothing more of a CPU build: master, moments, gradients and parameter
+  // shards are in host memory already (partition.h). NVMe (ZeRO-Infinity) is not built yet.
+  if (config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    throw Error("zero_optimization.offload_optimizer.device \"nvme\" (ZeRO-Infinity) is not supported by this engine yet; "
+                "\"cpu\" is",
+                "zero_optimization.offload_optimizer.device");
+  }
+  if (config.zero.offload_param.device == OffloadDevice::kNvme) {
+    throw Error("zero_optimization.offload_param.device \"nvme\" (ZeRO-Infinity) is not supported by this engine yet; "
+                "\"cpu\" is",
+                "zero_optimization.offload_param.device");
   }
   if (config.optimizer.type == OptimizerType::kNone) {
     throw Error("the config has no \"optimizer\" block: the engine builds its optimizer from it", "optimizer");
@@ -99,6 +106,14 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   note(c.tensorboard.enabled || c.csv_monitor.enabled, "tensorboard/csv_monitor", "not implemented yet");
   note(c.comms_logger.enabled, "comms_logger", "not implemented yet (Engine::comm_stats gives the counts)");
   note(c.flops_profiler.enabled, "flops_profiler", "not implemented yet");
+  // A CPU build has no device: the offloaded states stay where they are, with nothing to pin or
+  // to split between a device and the host.
+  const bool offloading = z.offload_optimizer.device == OffloadDevice::kCpu || z.offload_param.device == OffloadDevice::kCpu;
+  note(offloading && (z.offload_optimizer.pin_memory || z.offload_param.pin_memory), "zero_optimization.offload_*.pin_memory",
+       "no effect on a CPU build (no device copies to pin for)");
+  note(z.offload_optimizer.device == OffloadDevice::kCpu && z.offload_optimizer.ratio < 1.0,
+       "zero_optimization.offload_optimizer.ratio",
+       "no effect on a CPU build (every optimizer state is in host memory, offloaded or not)");
   note(c.activation_checkpointing.partition_activations || c.activation_checkpointing.cpu_checkpointing,
        "activation_checkpointing", "not implemented yet");
   return out;
@@ -194,6 +209,19 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.partition->make_master(s.stage3.get());
   s.partition->make_optimizer(config.optimizer, groups, config.zero.sub_group_size, world.rank());
+  const bool offloading = config.zero.offload_optimizer.device == OffloadDevice::kCpu ||
+                          config.zero.offload_param.device == OffloadDevice::kCpu;
+  if (offloading && world.rank() == 0) {
+    // The memory plan of an offloaded run, before its first step (rank 0 speaks for every rank:
+    // partitions differ by padding only).
+    const MemoryReport r = memory_report();
+    auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
+    std::fprintf(stderr,
+                 "zerocpp: offload to the CPU (this build has no device: the states are in host memory either way); "
+                 "per rank in host memory: parameters %.1f MB, gradients %.1f MB, fp32 master %.1f MB, optimizer "
+                 "state %.1f MB; on NVMe: nothing\n",
+                 mb(r.parameters), mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state));
+  }
 }
 
 Engine::~Engine() = default;

@@ -120,6 +120,32 @@ TEST(EngineCheckpoint, ResumeIsBitwiseExactAtTheSameWorldSize) {
   }
 }
 
+// A checkpoint does not record where the states lived: saved with CPU offload it resumes without
+// it and the other way round, bit for bit.
+TEST(EngineCheckpoint, OffloadedAndInMemoryRunsResumeEachOther) {
+  auto with_offload = [](int stage) {
+    std::string json = config(stage);
+    const std::string anchor = R"("reduce_bucket_size": 100)";
+    std::string blocks = R"(, "offload_optimizer": {"device": "cpu"})";
+    if (stage == 3) blocks += R"(, "offload_param": {"device": "cpu"})";
+    json.replace(json.find(anchor), anchor.size(), anchor + blocks);
+    return json;
+  };
+  for (int stage : {2, 3}) {
+    for (bool saved_offloaded : {true, false}) {
+      JobDir dir("offload");
+      Session straight(saved_offloaded ? with_offload(stage) : config(stage), test_world());
+      straight.run(0, 5);
+      straight.engine->save_checkpoint(dir.path.string());
+      const std::vector<double> expected = straight.run(5, 10);
+      Session resumed(saved_offloaded ? config(stage) : with_offload(stage), test_world(), 7);
+      resumed.engine->load_checkpoint(dir.path.string());
+      EXPECT_EQ(resumed.engine->global_steps(), 5);
+      EXPECT_EQ(resumed.run(5, 10), expected) << "stage " << stage << (saved_offloaded ? " saved offloaded" : " loaded offloaded");
+    }
+  }
+}
+
 TEST(EngineCheckpoint, LoadsAtAnotherWorldSizeAndStage) {
   JobDir dir("anywhere");
   // Saved by every rank of this job at stage 2; loaded by one process at stages 0 and 1.
