@@ -1,0 +1,101 @@
+// SwapFile — one rank's swap file for NVMe offload (ZeRO-Infinity): asynchronous reads and writes
+// through io_uring (liburing), with O_DIRECT so that swapped state bypasses the page cache (else
+// the kernel would keep a second copy of what offload moved out of memory). Torch-free.
+//
+//   SwapFile swap(dir / "optimizer.swap", bytes, options);
+//   IoTicket t = swap.write(offset, buffer, n);   // returns at once
+//   swap.wait(t);                                 // zero::Error naming the file on failure
+//
+// Offsets, sizes and buffer addresses are multiples of kIoAlignment (buffers from AlignedBuffer).
+// A request is cut into `block_size` pieces and at most `queue_depth` pieces are in flight
+// (DeepSpeed's aio block). Where the filesystem refuses O_DIRECT the file is opened buffered,
+// with a warning (warning()). The file is created new, sized, and removed by the destructor.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zero::offload {
+
+inline constexpr int64_t kIoAlignment = 4096;
+
+struct AioOptions {
+  int64_t block_size = 1'048'576;  // bytes per submitted piece
+  int64_t queue_depth = 8;         // pieces in flight at most
+  bool single_submit = false;      // submit each piece on its own (else in batches)
+  bool direct = true;              // false: buffered I/O even where O_DIRECT works (tests)
+};
+
+// Memory aligned for O_DIRECT, zero-filled.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(int64_t bytes);
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  ~AlignedBuffer();
+  void* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+using IoTicket = uint64_t;
+
+class SwapFile {
+ public:
+  SwapFile(std::string path, int64_t bytes, const AioOptions& options = {});
+  ~SwapFile();  // waits for what is in flight, closes and removes the file
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+
+  IoTicket read(int64_t offset, void* buffer, int64_t bytes);
+  IoTicket write(int64_t offset, const void* buffer, int64_t bytes);
+  void wait(IoTicket ticket);  // until that request (and every earlier one) is complete
+  void wait_all();
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return size_; }
+  bool direct() const { return direct_; }
+  const std::string& warning() const { return warning_; }  // why O_DIRECT is off, if it is
+  int64_t bytes_read() const { return bytes_read_; }
+  int64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  struct Piece {
+    bool write;
+    int64_t offset, bytes;
+    char* buffer;
+    IoTicket ticket;
+  };
+  IoTicket submit(bool write, int64_t offset, char* buffer, int64_t bytes);
+  void pump();             // submits queued pieces while fewer than queue_depth are in flight
+  void reap(bool block);   // collects completions
+  void check_request(int64_t offset, const void* buffer, int64_t bytes) const;
+  struct Ring;
+  std::unique_ptr<Ring> ring_;
+  std::string path_;
+  int64_t size_;
+  AioOptions options_;
+  int fd_ = -1;
+  bool direct_ = false;
+  std::string warning_;
+  std::deque<Piece> queued_;
+  int64_t in_flight_ = 0;
+  IoTicket next_ticket_ = 1;
+  std::vector<int64_t> pieces_left_;  // per ticket still open (index ticket - first_open_)
+  IoTicket first_open_ = 1;
+  std::string error_;
+  int64_t bytes_read_ = 0, bytes_written_ = 0;
+};
+
+// Before anything is allocated: `dir` exists, is a writable directory, and its filesystem has
+// `needed` bytes free; a zero::Error naming the key, the path and the sizes otherwise.
+void check_swap_dir(const std::string& dir, int64_t needed, const std::string& key);
+
+}  // namespace zero::offload

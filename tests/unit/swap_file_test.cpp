@@ -1,0 +1,123 @@
+// The swap file of NVMe offload on a real file in a temporary directory: what is written comes
+// back, through O_DIRECT and buffered, in pieces of block_size with queue_depth in flight, many
+// requests outstanding at once; misuse and a directory that cannot hold the swap are errors that
+// name the path; the file is gone when the SwapFile is.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+
+#include "offload/swap_file.h"
+#include "zero/error.h"
+
+namespace fs = std::filesystem;
+using zero::offload::AlignedBuffer;
+using zero::offload::AioOptions;
+using zero::offload::kIoAlignment;
+using zero::offload::SwapFile;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("zero_swap_test." + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void fill(const AlignedBuffer& b, uint32_t seed) {
+  std::mt19937 random(seed);
+  auto* words = static_cast<uint32_t*>(b.data());
+  for (int64_t i = 0; i < b.bytes() / 4; ++i) words[i] = random();
+}
+
+TEST(SwapFile, WhatIsWrittenComesBackDirectAndBuffered) {
+  TempDir dir;
+  for (bool direct : {true, false}) {
+    // 16 KiB pieces, 3 in flight: a 200 KiB request is 13 pieces, most of them queued.
+    const AioOptions options{.block_size = 4 * kIoAlignment, .queue_depth = 3, .direct = direct};
+    const int64_t size = 64 * kIoAlignment * 8;
+    SwapFile swap((dir.path / "a.swap").string(), size, options);
+    if (direct) EXPECT_TRUE(swap.direct()) << swap.warning();  // ext4 takes O_DIRECT
+    std::vector<AlignedBuffer> written, read;
+    std::vector<int64_t> offsets = {0, 4096, 50 * 4096, 100 * 4096, 300 * 4096};
+    std::vector<int64_t> sizes = {4096, 49 * 4096, 50 * 4096, 200 * 4096, 212 * 4096};
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      written.emplace_back(sizes[i]);
+      fill(written.back(), static_cast<uint32_t>(i + 1));
+      swap.write(offsets[i], written.back().data(), sizes[i]);  // all five outstanding at once
+    }
+    swap.wait_all();
+    for (size_t i = 0; i < offsets.size(); ++i) {
+      read.emplace_back(sizes[i]);
+      swap.read(offsets[i], read.back().data(), sizes[i]);
+    }
+    swap.wait_all();
+    for (size_t i = 0; i < offsets.size(); ++i)
+      EXPECT_EQ(std::memcmp(written[i].data(), read[i].data(), static_cast<size_t>(sizes[i])), 0) << "request " << i;
+    int64_t total = 0;
+    for (auto s : sizes) total += s;
+    EXPECT_EQ(swap.bytes_written(), total);
+    EXPECT_EQ(swap.bytes_read(), total);
+  }
+}
+
+TEST(SwapFile, WaitingForOneRequestLeavesLaterOnesInFlight) {
+  TempDir dir;
+  SwapFile swap((dir.path / "b.swap").string(), 1 << 20, {.block_size = kIoAlignment, .queue_depth = 2});
+  AlignedBuffer first(8 * kIoAlignment), second(8 * kIoAlignment), back(8 * kIoAlignment);
+  fill(first, 1);
+  fill(second, 2);
+  const auto a = swap.write(0, first.data(), first.bytes());
+  swap.write(first.bytes(), second.data(), second.bytes());
+  swap.wait(a);
+  swap.read(0, back.data(), back.bytes());
+  swap.wait_all();  // the second write, then the read
+  EXPECT_EQ(std::memcmp(first.data(), back.data(), static_cast<size_t>(back.bytes())), 0);
+}
+
+TEST(SwapFile, MisuseAndBadDirectoriesAreErrorsNamingThePath) {
+  TempDir dir;
+  const std::string path = (dir.path / "c.swap").string();
+  {
+    SwapFile swap(path, 16 * kIoAlignment);
+    AlignedBuffer buffer(2 * kIoAlignment);
+    EXPECT_THROW(swap.write(100, buffer.data(), kIoAlignment), zero::Error);              // offset not aligned
+    EXPECT_THROW(swap.write(0, buffer.data(), 100), zero::Error);                         // size not aligned
+    EXPECT_THROW(swap.read(15 * kIoAlignment, buffer.data(), 2 * kIoAlignment), zero::Error);  // past the end
+    EXPECT_TRUE(fs::exists(path));
+    EXPECT_THROW(SwapFile(path, kIoAlignment), zero::Error);  // never two runs on one file
+  }
+  EXPECT_FALSE(fs::exists(path)) << "the swap file outlived its SwapFile";
+
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const zero::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string key = "zero_optimization.offload_optimizer.nvme_path";
+  const std::string missing = (dir.path / "nowhere").string();
+  EXPECT_NE(message([&] { zero::offload::check_swap_dir(missing, 1, key); }).find(key + ": " + missing + " does not exist"),
+            std::string::npos);
+  const std::string file = (dir.path / "plain").string();
+  { std::ofstream(file) << "x"; }
+  EXPECT_NE(message([&] { zero::offload::check_swap_dir(file, 1, key); }).find("is not a directory"), std::string::npos);
+  const std::string space = message([&] { zero::offload::check_swap_dir(dir.path.string(), int64_t{1} << 60, key); });
+  EXPECT_NE(space.find("the swap files need 1152921504606846976 bytes but " + dir.path.string() + " has"),
+            std::string::npos)
+      << space;
+  zero::offload::check_swap_dir(dir.path.string(), 1 << 20, key);  // fine
+  EXPECT_NE(message([] { SwapFile("/proc/zero.swap", kIoAlignment); }).find("/proc/zero.swap: cannot create the swap file"),
+            std::string::npos);
+}
+
+}  // namespace
