@@ -164,6 +164,7 @@ void SwapFile::reap(bool block) {
       (piece.write ? bytes_written_ : bytes_read_) += piece.bytes;
     }
     --pieces_left_[static_cast<size_t>(piece.ticket - first_open_)];
+    pump();  // refill the slot at once: the device never waits for the next piece
   }
   while (!pieces_left_.empty() && pieces_left_.front() == 0) {
     pieces_left_.erase(pieces_left_.begin());
