@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 set(ZERO_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/zerocpp)
 
 # zero's dependencies among the project's own libraries travel with it (all static).
-install(TARGETS zero_config zero_core zero_checkpoint zero EXPORT zerocppTargets
+install(TARGETS zero_config zero_core zero_checkpoint zero_offload zero EXPORT zerocppTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -39,7 +39,7 @@ set(CPACK_PACKAGE_CONTACT "zerocpp maintainers <maintainers@users.noreply.a-seed
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libtorch-dev, libopenmpi-dev, openmpi-bin, libfmt-dev, nlohmann-json3-dev, libxxhash-dev, libhwy-dev, pkg-config")
+    "libtorch-dev, libopenmpi-dev, openmpi-bin, libfmt-dev, nlohmann-json3-dev, libxxhash-dev, libhwy-dev, liburing-dev, pkg-config")
 # Debian's default reference BLAS makes LibTorch's fp32 ~30x slower (scripts/bootstrap).
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libopenblas0-pthread, cmake")
 include(CPack)

@@ -52,7 +52,11 @@ struct MemoryReport {
   int64_t buckets = 0;           // stage 2: gradient bucket buffers in the pool
   int64_t padding_elements = 0;  // elements added to align buckets (all ranks together)
   int64_t gathered_peak = 0;     // stage 3: most bytes of unit parameters whole at once so far
-  int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets; }
+  // NVMe offload: the buffers master and optimizer states stream through (host memory), and the
+  // swap file that holds them (on NVMe, not in memory; not in total()).
+  int64_t swap_buffers = 0;
+  int64_t on_nvme = 0;
+  int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers; }
 };
 
 // Parameters with their own weight decay (DeepSpeed's optimizer parameter groups), e.g. biases and

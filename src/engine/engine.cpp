@@ -51,6 +51,20 @@ engine::ReducerOptions reducer_options(const Config& config) {
   return o;
 }
 
+// offload_optimizer.device "nvme": where and how the optimizer's swap file is streamed.
+std::optional<engine::SwapOptions> swap_options(const Config& config, int rank) {
+  const OffloadOptimizerConfig& o = config.zero.offload_optimizer;
+  if (o.device != OffloadDevice::kNvme) return std::nullopt;
+  return engine::SwapOptions{.dir = o.nvme_path,
+                             .aio = {.block_size = config.aio.block_size,
+                                     .queue_depth = config.aio.queue_depth,
+                                     .single_submit = config.aio.single_submit},
+                             .buffer_count = o.buffer_count,
+                             .pipeline_read = o.pipeline_read,
+                             .pipeline_write = o.pipeline_write,
+                             .rank = rank};
+}
+
 // The distinct trainable parameters in registration order (a tied parameter appears once).
 std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) {
   std::vector<at::Tensor> params;
@@ -69,11 +83,6 @@ void check_config(const Config& config, const World& world) {
   }
   // CPU offload needs nothing more of a CPU build: master, moments, gradients and parameter
   // shards are in host memory already (partition.h). NVMe (ZeRO-Infinity) is not built yet.
-  if (config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
-    throw Error("zero_optimization.offload_optimizer.device \"nvme\" (ZeRO-Infinity) is not supported by this engine yet; "
-                "\"cpu\" is",
-                "zero_optimization.offload_optimizer.device");
-  }
   if (config.zero.offload_param.device == OffloadDevice::kNvme) {
     throw Error("zero_optimization.offload_param.device \"nvme\" (ZeRO-Infinity) is not supported by this engine yet; "
                 "\"cpu\" is",
@@ -196,7 +205,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards, which the
   // partition holds.
   s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, s.flat->layout().owned_shard(world.rank()),
-                                                    config.zero.stage >= 2, config.zero.allgather_bucket_size);
+                                                    config.zero.stage >= 2, config.zero.allgather_bucket_size,
+                                                    swap_options(config, world.rank()));
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config),
                                                     s.partition->gradient_accumulator());
   if (stage3) {
@@ -209,18 +219,20 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.partition->make_master(s.stage3.get());
   s.partition->make_optimizer(config.optimizer, groups, config.zero.sub_group_size, world.rank());
-  const bool offloading = config.zero.offload_optimizer.device == OffloadDevice::kCpu ||
-                          config.zero.offload_param.device == OffloadDevice::kCpu;
+  const bool offloading = config.zero.offload_optimizer.device != OffloadDevice::kNone ||
+                          config.zero.offload_param.device != OffloadDevice::kNone;
   if (offloading && world.rank() == 0) {
     // The memory plan of an offloaded run, before its first step (rank 0 speaks for every rank:
     // partitions differ by padding only).
     const MemoryReport r = memory_report();
     auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
     std::fprintf(stderr,
-                 "zerocpp: offload to the CPU (this build has no device: the states are in host memory either way); "
-                 "per rank in host memory: parameters %.1f MB, gradients %.1f MB, fp32 master %.1f MB, optimizer "
-                 "state %.1f MB; on NVMe: nothing\n",
-                 mb(r.parameters), mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state));
+                 "zerocpp: offload (this build has no device: what is not on NVMe is in host memory); per rank in host "
+                 "memory: parameters %.1f MB, gradients %.1f MB, fp32 master %.1f MB, optimizer state %.1f MB, swap "
+                 "buffers %.1f MB; on NVMe: %.1f MB%s%s\n",
+                 mb(r.parameters), mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state), mb(r.swap_buffers),
+                 mb(r.on_nvme), r.on_nvme > 0 ? " in " : "",
+                 r.on_nvme > 0 ? config.zero.offload_optimizer.nvme_path.c_str() : "");
   }
 }
 
@@ -348,6 +360,8 @@ MemoryReport Engine::memory_report() const {
   r.gradients = s.reducer->gradient_bytes();
   r.master_weights = s.partition->master_bytes();
   r.optimizer_state = s.partition->state_bytes();
+  r.swap_buffers = s.partition->swap_buffer_bytes();
+  r.on_nvme = s.partition->swap_file_bytes();
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();
   r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;

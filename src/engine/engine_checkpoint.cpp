@@ -68,6 +68,11 @@ bool crash_requested(int rank) {
 
 std::string Engine::save_checkpoint(const std::string& dir, const std::string& requested_tag,
                                     const std::string& client_state) {
+  if (state_->partition->swapped()) {
+    throw Error("checkpoints of an NVMe-offloaded optimizer are not built yet (zero_optimization.offload_optimizer.device "
+                "\"nvme\"); save with \"cpu\" offload or none",
+                "zero_optimization.offload_optimizer.device", state_->world.rank());
+  }
   State& s = *state_;
   const int rank = s.world.rank();
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
@@ -186,6 +191,11 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 }
 
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
+  if (state_->partition->swapped()) {
+    throw Error("checkpoints of an NVMe-offloaded optimizer are not built yet (zero_optimization.offload_optimizer.device "
+                "\"nvme\"); save with \"cpu\" offload or none",
+                "zero_optimization.offload_optimizer.device", state_->world.rank());
+  }
   State& s = *state_;
   const int rank = s.world.rank();
   if (!options.tag.empty()) check_tag(options.tag);

@@ -57,14 +57,22 @@ std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const
 }  // namespace
 
 Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
-                     int64_t allgather_bucket_size)
-    : flat_(flat), comm_(comm), owner_rank_(owner_rank), allgather_bucket_size_(allgather_bucket_size) {
+                     int64_t allgather_bucket_size, std::optional<SwapOptions> swap)
+    : flat_(flat),
+      comm_(comm),
+      owner_rank_(owner_rank),
+      allgather_bucket_size_(allgather_bucket_size),
+      swap_options_(std::move(swap)) {
   if (accumulate_gradients) gradients_ = at::zeros({flat.layout().owned_numel()}, at::kFloat);
+  if (swap_options_) homes_.master = homes_.moments = Memory::kNvme;
 }
+
+Partition::~Partition() = default;
 
 void Partition::make_master(Stage3* stage3) {
   stage3_ = stage3;
-  if (flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
+  // On NVMe the master is written out tile by tile (make_optimizer): never the parameters' memory.
+  if (!swap_options_ && flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
     // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
     // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
     master_ = flat_.whole();
@@ -79,7 +87,7 @@ void Partition::make_master(Stage3* stage3) {
                                                      : flat_.shard(flat_.buffer(b), b, owner_rank_));
   }
   master_ = at::cat(shards).to(at::kFloat);
-  if (stage3_ && flat_.dtype() == at::kFloat) {
+  if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_) {
     // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
     // (one fp32 copy of the owned parameters less per rank).
     for (size_t b = 0; b < buckets.size(); ++b) {
@@ -115,8 +123,14 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   }
   optimizer_ = optim::make_flat_optimizer(
       config, master_.numel(), decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
-      std::move(fragments), std::max<int64_t>(1, sub_group_size));
+      std::move(fragments), std::max<int64_t>(1, sub_group_size), swap_options_.has_value());
   optimizer_->use_tiles(tiles_);
+  if (swap_options_) {
+    swap_ = std::make_unique<OptimizerSwap>(*swap_options_, tiles_, static_cast<int>(optimizer_->state().size()));
+    swap_->write_initial(master_);
+    master_ = at::Tensor();  // from here on it lives in the swap file only
+    release_freed_memory();
+  }
 }
 
 at::Tensor Partition::master(int b) const {
@@ -138,7 +152,33 @@ double Partition::sum_of_squares(const at::Tensor& grads) const {
 }
 
 void Partition::step(const at::Tensor& grads, const optim::StepParams& params) {
-  optimizer_->step(master_, grads, params);
+  if (!swap_) {
+    optimizer_->step(master_, grads, params);
+    return;
+  }
+  // Tile by tile through the swap buffers: the same arithmetic as the step above.
+  swap_->for_each_tile([&](optim::Tile t, const at::Tensor& master, const std::vector<at::Tensor>& states) {
+    optimizer_->step_tile_with(master, grads.narrow(0, t.offset, t.length), states, params, t);
+    copy_into_parameters(t, master);
+  });
+}
+
+void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_tile) {
+  const auto& buckets = flat_.layout().buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const int b = static_cast<int>(i);
+    const int64_t begin = std::max(t.offset, buckets[i].owned_offset);
+    const int64_t end = std::min(t.offset + t.length, buckets[i].owned_offset + buckets[i].shard);
+    if (begin >= end) continue;
+    const at::Tensor source = master_tile.narrow(0, begin - t.offset, end - begin);
+    const int64_t at = begin - buckets[i].owned_offset;
+    if (stage3_ && !stage3_->is_root(b)) {  // as sync_parameters does with the whole master
+      const at::Tensor& owned = stage3_->owned(b);
+      owned.narrow(0, at, end - begin).copy_(source);
+      if (flat_.released(b) || flat_.buffer(b).data_ptr() == owned.data_ptr()) continue;
+    }
+    flat_.shard(flat_.buffer(b), b, owner_rank_).narrow(0, at, end - begin).copy_(source);
+  }
 }
 
 // At most allgather_bucket_size elements per collective: a piece takes the same columns of every
@@ -166,6 +206,14 @@ void Partition::gather_bucket(int b) {
 void Partition::sync_parameters() {
   if (master_is_params_) return;  // one partition: nothing to copy, no one to gather from
   const auto& buckets = flat_.layout().buckets();
+  if (swap_) {  // the step copied each tile into the parameters already: only the gathers are left
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      const int b = static_cast<int>(i);
+      if (stage3_ && !stage3_->is_root(b) && flat_.released(b)) continue;
+      if (flat_.layout().world_size() > 1) gather_bucket(b);
+    }
+    return;
+  }
   for (size_t i = 0; i < buckets.size(); ++i) {
     const int b = static_cast<int>(i);
     const at::Tensor source = master(b);
@@ -185,6 +233,10 @@ void Partition::sync_parameters() {
 }
 
 void Partition::take_parameters(int b) {
+  if (swap_) {
+    throw Error("gathered_parameters with a modifier rank writes the master, which is on NVMe: not built yet",
+                "zero_optimization.offload_optimizer.device");
+  }
   const at::Tensor shard = flat_.shard(flat_.buffer(b), b, owner_rank_);
   const at::Tensor mine = master(b);
   // (At one rank a whole stage-3 unit views its shard, which an fp32 master already is.)
@@ -194,7 +246,7 @@ void Partition::take_parameters(int b) {
 
 int64_t Partition::master_bytes() const {
   // Where the units' shards are the master, those bytes count once, as parameters.
-  if (master_is_params_) return 0;
+  if (master_is_params_ || swap_) return 0;
   return static_cast<int64_t>(master_.nbytes()) - (master_is_shards_ ? stage3_->owned_bytes() : 0);
 }
 

@@ -15,11 +15,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/flat_params.h"
+#include "engine/optimizer_swap.h"
 #include "optim/flat_optimizer.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
@@ -29,8 +31,8 @@ namespace zero::engine {
 
 class Stage3;
 
-// Where a state's bytes are. Everything is in host memory today; the offload issue adds places.
-enum class Memory { kHost };
+// Where a state's bytes are: host memory, or a swap file on NVMe (streamed through buffers).
+enum class Memory { kHost, kNvme };
 struct StateHomes {
   Memory parameters = Memory::kHost, master = Memory::kHost, moments = Memory::kHost, gradients = Memory::kHost;
 };
@@ -39,8 +41,10 @@ class Partition {
  public:
   // `owner_rank`: which shard of every bucket this rank owns (0 with one partition: all of it).
   // `accumulate_gradients`: stages 2/3 keep an fp32 accumulator of the owned gradients here.
+  // `swap`: the master and the optimizer states go to NVMe (offload_optimizer.device "nvme").
   Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
-            int64_t allgather_bucket_size);
+            int64_t allgather_bucket_size, std::optional<SwapOptions> swap = std::nullopt);
+  ~Partition();
 
   // Once the parameters are final (after stage 3 took its shards, `stage3` null below stage 3):
   // the fp32 master from the owned parameter shards.
@@ -71,10 +75,18 @@ class Partition {
 
   int64_t master_bytes() const;  // what MemoryReport::master_weights counts
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
+  bool swapped() const { return swap_ != nullptr; }
+  int64_t swap_buffer_bytes() const { return swap_ ? swap_->buffer_bytes() : 0; }
+  int64_t swap_file_bytes() const { return swap_ ? swap_->file_bytes() : 0; }
   int64_t gradient_bytes() const { return gradients_.defined() ? static_cast<int64_t>(gradients_.nbytes()) : 0; }
 
  private:
   void gather_bucket(int b);  // all-gather at most allgather_bucket_size elements per collective
+  // NVMe: an updated master tile into the parameters this rank owns (sync_parameters then only
+  // gathers).
+  void copy_into_parameters(optim::Tile t, const at::Tensor& master_tile);
+  std::optional<SwapOptions> swap_options_;
+  std::unique_ptr<OptimizerSwap> swap_;
   FlatParams& flat_;
   Communicator& comm_;
   int owner_rank_;

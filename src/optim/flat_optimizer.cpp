@@ -41,8 +41,8 @@ class Adam : public FlatOptimizer {
                   .grad_scale = static_cast<float>(p.grad_scale)};
     float* w = params.data_ptr<float>();
     const float* g = grads.data_ptr<float>();
-    float* m = m_.data_ptr<float>() + t.offset;
-    float* v = v_.data_ptr<float>() + t.offset;
+    float* m = state_slice(m_, 0, t).data_ptr<float>();
+    float* v = state_slice(v_, 1, t).data_ptr<float>();
     for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
       s.decay = c_.adam_w_mode ? static_cast<float>(1 - p.lr * wd) : 1.0f;
       s.l2 = c_.adam_w_mode ? 0.0f : static_cast<float>(wd);
@@ -64,7 +64,7 @@ class Adagrad : public FlatOptimizer {
  protected:
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
     at::Tensor g = with_l2(grads, params, t);
-    at::Tensor sum = slice(sum_, t);
+    at::Tensor sum = state_slice(sum_, 0, t);
     sum.addcmul_(g, g, 1.0);
     params.addcdiv_(g, sum.sqrt().add_(c_.eps), -p.lr);
   }
@@ -83,7 +83,7 @@ class Lion : public FlatOptimizer {
 
  protected:
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
-    at::Tensor m = slice(m_, t);
+    at::Tensor m = state_slice(m_, 0, t);
     at::Tensor update = (m * p.beta1).add_(grads, 1 - p.beta1).sign_();
     decay(params, p.lr, t);
     params.add_(update, -p.lr);
@@ -110,7 +110,7 @@ class Sgd : public FlatOptimizer {
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
     at::Tensor g = with_l2(grads, params, t);
     if (c_.momentum != 0) {
-      at::Tensor buffer = slice(buffer_, t);
+      at::Tensor buffer = state_slice(buffer_, 0, t);
       if (p.step == 1) {
         buffer.copy_(g);
       } else {
@@ -272,22 +272,40 @@ int64_t FlatOptimizer::state_bytes() const {
   return bytes;
 }
 
+void FlatOptimizer::step_tile_with(const at::Tensor& params, const at::Tensor& grads,
+                                   const std::vector<at::Tensor>& states, const StepParams& p, Tile t) {
+  if (p.grad_scale != 1.0 && !fuses_grad_scale()) grads.mul_(p.grad_scale);
+  window_ = states;
+  struct Unbind {  // the window is this call's only, even when the step throws
+    std::vector<at::Tensor>& window;
+    ~Unbind() { window.clear(); }
+  } unbind{window_};
+  step_tile(params, grads, p, t);
+}
+
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
-                                                   std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile) {
+                                                   std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile,
+                                                   bool streamed) {
   if (tile < 1) throw Error("sub_group_size must be at least 1", "zero_optimization.sub_group_size");
   if (runs.empty()) runs.push_back({0, numel, config.weight_decay});
+  // Streamed: the states live elsewhere (NVMe offload) and come tile by tile to step_tile_with.
+  const int64_t n = streamed ? 0 : numel;
   switch (config.type) {
     case OptimizerType::kAdam:
     case OptimizerType::kAdamW:
     case OptimizerType::kCpuAdam:
-      return std::make_unique<Adam>(config, numel, std::move(runs), tile);
+      return std::make_unique<Adam>(config, n, std::move(runs), tile);
     case OptimizerType::kAdagrad:
-      return std::make_unique<Adagrad>(config, numel, std::move(runs), tile);
+      return std::make_unique<Adagrad>(config, n, std::move(runs), tile);
     case OptimizerType::kLion:
-      return std::make_unique<Lion>(config, numel, std::move(runs), tile);
+      return std::make_unique<Lion>(config, n, std::move(runs), tile);
     case OptimizerType::kSgd:
-      return std::make_unique<Sgd>(config, numel, std::move(runs), tile);
+      return std::make_unique<Sgd>(config, n, std::move(runs), tile);
     case OptimizerType::kLamb:
+      if (streamed)
+        throw Error("Lamb's trust ratios need every tile twice per step: not with NVMe offload "
+                    "(zero_optimization.offload_optimizer.device \"nvme\"); use Adam, AdamW, Adagrad, Lion or SGD",
+                    "optimizer.type");
       return std::make_unique<Lamb>(config, numel, std::move(runs), std::move(fragments), tile);
     case OptimizerType::kNone:
       break;

@@ -69,15 +69,23 @@ class FlatOptimizer {
   void use_tiles(std::vector<Tile> tiles) { tiles_ = std::move(tiles); }
   // params and grads: contiguous fp32 of the same size (the size given at construction).
   virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p);
-  // Named state tensors (checkpoints, memory reports).
+  // Named state tensors (checkpoints, memory reports); empty tensors when streamed.
   virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
   int64_t state_bytes() const;
+  // Streamed states (NVMe offload): one step of tile t, with each state's values for that tile
+  // given in state() order; params and grads are the tile's. The same arithmetic as step().
+  void step_tile_with(const at::Tensor& params, const at::Tensor& grads, const std::vector<at::Tensor>& states,
+                      const StepParams& p, Tile t);
 
  protected:
   // One tile: `params` and `grads` are already narrowed to it; state tensors are narrowed with t.
   // Unless fuses_grad_scale(), `grads` was already multiplied by p.grad_scale.
   virtual void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) = 0;
   virtual bool fuses_grad_scale() const { return false; }
+  // State k (of state()) over tile t: a slice of `whole`, or the tile given to step_tile_with.
+  at::Tensor state_slice(const at::Tensor& whole, int k, Tile t) const {
+    return window_.empty() ? whole.narrow(0, t.offset, t.length) : window_[static_cast<size_t>(k)];
+  }
   std::vector<Tile> tiles(int64_t numel) const { return tiles_.empty() ? tiles_of(numel, tile_) : tiles_; }
   // fn(begin, length, weight_decay) for consecutive pieces covering tile t, relative to it (a
   // piece outside every run, e.g. padding, has weight decay 0).
@@ -96,6 +104,7 @@ class FlatOptimizer {
   std::vector<DecayRun> runs_;
   int64_t tile_;
   std::vector<Tile> tiles_;  // when set: use_tiles
+  std::vector<at::Tensor> window_;  // step_tile_with's states, during its step
 };
 
 // Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD, Lamb. `runs`: per-run weight decay
@@ -103,6 +112,6 @@ class FlatOptimizer {
 // treats the whole buffer as one parameter. `tile`: see FlatOptimizer.
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
                                                    std::vector<DecayRun> runs = {}, ParamFragments fragments = {},
-                                                   int64_t tile = INT64_MAX);
+                                                   int64_t tile = INT64_MAX, bool streamed = false);
 
 }  // namespace zero::optim

@@ -1,0 +1,118 @@
+#include "engine/optimizer_swap.h"
+
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "zero/error.h"
+
+namespace zero::engine {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kFolderPrefix = "zerocpp-swap-";
+
+// Folders of earlier runs on this machine whose process is gone (a crash, a kill -9).
+void remove_abandoned(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kFolderPrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::char_traits<char>::length(kFolderPrefix), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
+OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states)
+    : options_(options), tiles_(std::move(tiles)), num_states_(num_states) {
+  int64_t size = 0;
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    offsets_.push_back(size);
+    size += region_bytes(i);
+  }
+  const std::string key = "zero_optimization.offload_optimizer.nvme_path";
+  offload::check_swap_dir(options_.dir, size, key);
+  remove_abandoned(options_.dir);
+  folder_ = (fs::path(options_.dir) / (kFolderPrefix + std::to_string(::getpid()) + ".rank" + std::to_string(options_.rank))).string();
+  fs::create_directories(folder_);
+  try {
+    file_ = std::make_unique<offload::SwapFile>(folder_ + "/optimizer.swap", std::max<int64_t>(size, offload::kIoAlignment),
+                                                options_.aio);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(folder_, ec);
+    throw;
+  }
+  int64_t largest = 0;
+  for (size_t i = 0; i < tiles_.size(); ++i) largest = std::max(largest, region_bytes(i));
+  const int64_t count = std::clamp<int64_t>(options_.buffer_count, 1, static_cast<int64_t>(tiles_.size()));
+  for (int64_t i = 0; i < count; ++i) buffers_.emplace_back(largest);
+}
+
+OptimizerSwap::~OptimizerSwap() {
+  file_.reset();
+  std::error_code ec;
+  fs::remove_all(folder_, ec);
+}
+
+int64_t OptimizerSwap::padded(int64_t elements) const {
+  return (elements * 4 + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
+}
+
+std::vector<at::Tensor> OptimizerSwap::views(size_t i, void* buffer) const {
+  std::vector<at::Tensor> out;
+  for (int k = 0; k <= num_states_; ++k) {
+    out.push_back(at::from_blob(static_cast<char*>(buffer) + k * padded(tiles_[i].length), {tiles_[i].length},
+                                at::TensorOptions().dtype(at::kFloat)));
+  }
+  return out;
+}
+
+void OptimizerSwap::write_initial(const at::Tensor& master) {
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    void* buffer = buffers_[0].data();
+    std::vector<at::Tensor> v = views(i, buffer);
+    v[0].copy_(master.narrow(0, tiles_[i].offset, tiles_[i].length));
+    for (int k = 1; k <= num_states_; ++k) v[static_cast<size_t>(k)].zero_();
+    file_->wait(file_->write(offsets_[i], buffer, region_bytes(i)));
+  }
+}
+
+void OptimizerSwap::for_each_tile(
+    const std::function<void(optim::Tile, const at::Tensor&, const std::vector<at::Tensor>&)>& fn) {
+  const size_t n = tiles_.size(), count = buffers_.size();
+  std::vector<offload::IoTicket> read(n, 0), written(count, 0);  // written: per buffer, its last write
+  auto start_read = [&](size_t i) {
+    const size_t b = i % count;
+    if (written[b] != 0) file_->wait(written[b]);  // the buffer's previous tile is on disk first
+    read[i] = file_->read(offsets_[i], buffers_[b].data(), region_bytes(i));
+  };
+  size_t next_read = 0;
+  for (size_t i = 0; i < n; ++i) {
+    // Read ahead as far as the free buffers allow (pipeline_read), else just this tile.
+    const size_t limit = options_.pipeline_read ? std::min(n, i + count) : i + 1;
+    while (next_read < limit) start_read(next_read++);
+    file_->wait(read[i]);
+    const size_t b = i % count;
+    std::vector<at::Tensor> v = views(i, buffers_[b].data());
+    const at::Tensor master = v[0];
+    v.erase(v.begin());
+    fn(tiles_[i], master, v);
+    written[b] = file_->write(offsets_[i], buffers_[b].data(), region_bytes(i));
+    if (!options_.pipeline_write) file_->wait(written[b]);
+  }
+  file_->wait_all();
+}
+
+int64_t OptimizerSwap::buffer_bytes() const {
+  int64_t total = 0;
+  for (const auto& b : buffers_) total += (b.bytes() + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
+  return total;
+}
+
+}  // namespace zero::engine

@@ -1,0 +1,65 @@
+// OptimizerSwap — NVMe offload of the optimizer (ZeRO-Infinity): the fp32 master and the optimizer
+// states of this rank's partition live in a swap file; each step streams them through a fixed
+// pool of buffers one tile (sub_group_size) at a time — read, step, write — so that host memory
+// holds `buffers` tiles, not the partition. With pipeline_read the next tiles are read while one
+// is stepped; with pipeline_write a tile's write is waited for only when its buffer comes round
+// again.
+//
+// Swap layout: tile after tile; a tile's region holds its master, then each state, each padded
+// to kIoAlignment. The file sits in a folder of its own per process, removed at the end (a
+// crashed run's folder is removed by the next run that finds its process gone).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/swap_file.h"
+#include "optim/flat_optimizer.h"
+
+namespace zero::engine {
+
+struct SwapOptions {
+  std::string dir;  // offload_optimizer.nvme_path
+  offload::AioOptions aio;
+  int64_t buffer_count = 4;
+  bool pipeline_read = false, pipeline_write = false;
+  int rank = 0;
+};
+
+class OptimizerSwap {
+ public:
+  // `num_states`: the optimizer's state tensors besides the master. Checks the directory and its
+  // free space, then creates the swap file.
+  OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states);
+  ~OptimizerSwap();  // removes the file and its folder
+
+  // The initial contents: the master (whole, fp32) and zeros for every state.
+  void write_initial(const at::Tensor& master);
+  // fn(tile, master of the tile, states of the tile) for every tile in order; what fn leaves in
+  // them is written back.
+  void for_each_tile(const std::function<void(optim::Tile, const at::Tensor&, const std::vector<at::Tensor>&)>& fn);
+
+  int64_t buffer_bytes() const;  // the pool: what stays resident in host memory
+  int64_t file_bytes() const { return file_ ? file_->size() : 0; }
+  int64_t bytes_read() const { return file_->bytes_read(); }
+  int64_t bytes_written() const { return file_->bytes_written(); }
+  const std::string& warning() const { return file_->warning(); }
+
+ private:
+  int64_t padded(int64_t elements) const;  // one state of a tile, in bytes, aligned
+  int64_t region_bytes(size_t i) const { return (1 + num_states_) * padded(tiles_[i].length); }
+  std::vector<at::Tensor> views(size_t i, void* buffer) const;  // master, then the states
+  SwapOptions options_;
+  std::vector<optim::Tile> tiles_;
+  int num_states_;
+  std::vector<int64_t> offsets_;  // of each tile's region in the file
+  std::string folder_;
+  std::unique_ptr<offload::SwapFile> file_;
+  std::vector<offload::AlignedBuffer> buffers_;
+};
+
+}  // namespace zero::engine
