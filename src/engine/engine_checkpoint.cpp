@@ -68,11 +68,6 @@ bool crash_requested(int rank) {
 
 std::string Engine::save_checkpoint(const std::string& dir, const std::string& requested_tag,
                                     const std::string& client_state) {
-  if (state_->partition->swapped()) {
-    throw Error("checkpoints of an NVMe-offloaded optimizer are not built yet (zero_optimization.offload_optimizer.device "
-                "\"nvme\"); save with \"cpu\" offload or none",
-                "zero_optimization.offload_optimizer.device", state_->world.rank());
-  }
   State& s = *state_;
   const int rank = s.world.rank();
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
@@ -96,20 +91,22 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 
   // Stage 0: every rank holds the same state, rank 0 writes it.
   const int partitions = s.flat->layout().world_size();
-  const std::vector<std::pair<std::string, at::Tensor>> kinds = s.partition->states();
+  const std::vector<std::string> kinds = s.partition->state_names();
   checkpoint::FileDigest digest, rng_digest;
   try {
     if (partitions > 1 || rank == 0) {
       checkpoint::HashingWriter writer((partial / shard_file_name(rank)).string());
       const bool crash = crash_requested(rank);
-      for (const auto& [name, tensor] : kinds) {
-        writer.write(tensor.data_ptr(), tensor.nbytes());
+      for (size_t k = 0; k < kinds.size(); ++k) {  // in memory or streamed from NVMe
+        s.partition->write_state(static_cast<int>(k), [&](const void* data, int64_t bytes) {
+          writer.write(data, static_cast<size_t>(bytes));
+        });
         if (crash) std::raise(SIGKILL);  // half-way through this rank's file
       }
       // A 16-bit model's own weights, after the fp32 buffers: what it computes with, readable
       // without rounding the masters again (they are exactly these, rounded).
       if (s.flat->dtype() != at::kFloat) {
-        const at::Tensor sixteen = s.partition->master().to(s.flat->dtype());
+        const at::Tensor sixteen = s.partition->parameters16();
         writer.write(sixteen.data_ptr(), sixteen.nbytes());
       }
       digest = writer.finish();
@@ -142,7 +139,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       // The effective DeepSpeed config, key path by key path (as `zero-config check` prints it).
       m.config_origin = s.config.origin();
       for (const ConfigValue& v : s.config.values()) m.config.emplace_back(v.path, v.value);
-      for (const auto& [name, tensor] : kinds) m.layout.kinds.push_back(name);
+      m.layout.kinds = kinds;
       if (s.flat->dtype() != at::kFloat) m.params16 = std::string(c10::toString(s.flat->dtype()));
       for (size_t i = 0; i < s.flat->params().size(); ++i)
         m.layout.params.push_back({s.param_names[i], s.flat->params()[i].sizes().vec()});
@@ -191,18 +188,13 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 }
 
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
-  if (state_->partition->swapped()) {
-    throw Error("checkpoints of an NVMe-offloaded optimizer are not built yet (zero_optimization.offload_optimizer.device "
-                "\"nvme\"); save with \"cpu\" offload or none",
-                "zero_optimization.offload_optimizer.device", state_->world.rank());
-  }
   State& s = *state_;
   const int rank = s.world.rank();
   if (!options.tag.empty()) check_tag(options.tag);
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::string error;
   std::vector<int> source_of(s.param_names.size(), -1);  // saved parameter of each of ours
-  std::vector<std::pair<int, at::Tensor>> targets;      // (kind index in the files, our tensor)
+  std::vector<std::pair<int, int>> targets;  // (kind index in the files, our state index)
   struct Read {
     int saved;  // parameter index in the checkpoint
     layout::Fragment mine;
@@ -246,9 +238,10 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
                     manifest_path);
       return k;
     };
-    for (const auto& [name, tensor] : s.partition->states()) {
-      if (name == "master" || (!options.load_module_only && options.load_optimizer_states))
-        targets.emplace_back(kind_index(name), tensor);
+    const std::vector<std::string> names = s.partition->state_names();
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (names[k] == "master" || (!options.load_module_only && options.load_optimizer_states))
+        targets.emplace_back(kind_index(names[k]), static_cast<int>(k));
     }
     // Nothing is written before every rank has checked every file it will read: a damaged
     // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
@@ -264,10 +257,18 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   }
   engine::agree(s.comm, error, rank, "load_checkpoint");
   try {  // what was verified; only an I/O error from here on
-    for (const Read& read : reads) {
-      for (const auto& [kind, tensor] : targets)
-        reader->read(read.saved, kind, read.mine.param_begin, read.mine.param_end,
-                     tensor.data_ptr<float>() + read.mine.owned_offset);
+    // State by state, in pieces of the owned buffer (the whole of it in memory, a tile on NVMe):
+    // each fragment's part inside the piece.
+    for (const auto& [kind, k] : targets) {
+      s.partition->read_state(k, [&](int64_t offset, int64_t length, float* out) {
+        for (const Read& read : reads) {
+          const int64_t first = read.mine.owned_offset, count = read.mine.param_end - read.mine.param_begin;
+          const int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + length);
+          if (lo >= hi) continue;
+          reader->read(read.saved, kind, read.mine.param_begin + (lo - first), read.mine.param_begin + (hi - first),
+                       out + (lo - offset));
+        }
+      });
     }
     set_cpu_rng_state(rng);
   } catch (const std::exception& e) {
@@ -275,7 +276,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   }
   engine::agree(s.comm, error, rank, "load_checkpoint");
   const json& m = reader->manifest();
-  s.partition->sync_parameters();
+  s.partition->sync_parameters(/*master_changed=*/true);
   s.reducer->zero();
   if (!options.load_module_only) {
     const json& c = m.at("counters");

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <filesystem>
 
@@ -38,7 +39,11 @@ OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile
   const std::string key = "zero_optimization.offload_optimizer.nvme_path";
   offload::check_swap_dir(options_.dir, size, key);
   remove_abandoned(options_.dir);
-  folder_ = (fs::path(options_.dir) / (kFolderPrefix + std::to_string(::getpid()) + ".rank" + std::to_string(options_.rank))).string();
+  // Private to this engine: the process, a count of the engines it made, the rank.
+  static std::atomic<int> engines{0};
+  folder_ = (fs::path(options_.dir) / (kFolderPrefix + std::to_string(::getpid()) + "." + std::to_string(engines++) +
+                                       ".rank" + std::to_string(options_.rank)))
+                .string();
   fs::create_directories(folder_);
   try {
     file_ = std::make_unique<offload::SwapFile>(folder_ + "/optimizer.swap", std::max<int64_t>(size, offload::kIoAlignment),
@@ -107,6 +112,23 @@ void OptimizerSwap::for_each_tile(
     if (!options_.pipeline_write) file_->wait(written[b]);
   }
   file_->wait_all();
+}
+
+void OptimizerSwap::read_state(int k, const std::function<void(optim::Tile, const float*)>& fn) {
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    const int64_t bytes = padded(tiles_[i].length);
+    file_->wait(file_->read(offsets_[i] + k * bytes, buffers_[0].data(), bytes));
+    fn(tiles_[i], static_cast<const float*>(buffers_[0].data()));
+  }
+}
+
+void OptimizerSwap::update_state(int k, const std::function<void(optim::Tile, float*)>& fn) {
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    const int64_t bytes = padded(tiles_[i].length);
+    file_->wait(file_->read(offsets_[i] + k * bytes, buffers_[0].data(), bytes));
+    fn(tiles_[i], static_cast<float*>(buffers_[0].data()));
+    file_->wait(file_->write(offsets_[i] + k * bytes, buffers_[0].data(), bytes));
+  }
 }
 
 int64_t OptimizerSwap::buffer_bytes() const {

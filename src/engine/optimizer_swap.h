@@ -43,6 +43,11 @@ class OptimizerSwap {
   // them is written back.
   void for_each_tile(const std::function<void(optim::Tile, const at::Tensor&, const std::vector<at::Tensor>&)>& fn);
 
+  // State k (0: the master, then the optimizer's) tile by tile: fn(tile, its values) to read
+  // them (checkpoint save), or to change them, which are then written back (checkpoint load).
+  void read_state(int k, const std::function<void(optim::Tile, const float*)>& fn);
+  void update_state(int k, const std::function<void(optim::Tile, float*)>& fn);
+
   int64_t buffer_bytes() const;  // the pool: what stays resident in host memory
   int64_t file_bytes() const { return file_ ? file_->size() : 0; }
   int64_t bytes_read() const { return file_->bytes_read(); }

@@ -144,6 +144,41 @@ std::vector<std::pair<std::string, at::Tensor>> Partition::states() const {
   return kinds;
 }
 
+std::vector<std::string> Partition::state_names() const {
+  std::vector<std::string> names = {"master"};
+  for (const auto& entry : optimizer_->state()) names.push_back(entry.first);
+  return names;
+}
+
+void Partition::write_state(int k, const std::function<void(const void* data, int64_t bytes)>& sink) {
+  if (!swap_) {
+    const at::Tensor t = states()[static_cast<size_t>(k)].second;
+    sink(t.data_ptr(), static_cast<int64_t>(t.nbytes()));
+    return;
+  }
+  swap_->read_state(k, [&](optim::Tile t, const float* values) { sink(values, 4 * t.length); });
+}
+
+void Partition::read_state(int k, const std::function<void(int64_t offset, int64_t length, float* out)>& fill) {
+  if (!swap_) {
+    const at::Tensor t = states()[static_cast<size_t>(k)].second;
+    fill(0, t.numel(), t.data_ptr<float>());
+    return;
+  }
+  swap_->update_state(k, [&](optim::Tile t, float* values) { fill(t.offset, t.length, values); });
+}
+
+at::Tensor Partition::parameters16() const {
+  if (!swap_) return master_.to(flat_.dtype());
+  // On NVMe: the parameters' own owned shards, which the last step (or load) set from the master.
+  std::vector<at::Tensor> shards;
+  for (size_t i = 0; i < flat_.layout().buckets().size(); ++i) {
+    const int b = static_cast<int>(i);
+    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->owned(b) : flat_.shard(flat_.buffer(b), b, owner_rank_));
+  }
+  return at::cat(shards);
+}
+
 double Partition::sum_of_squares(const at::Tensor& grads) const {
   // One fused pass per tile (no temporaries); padding elements are zero and add nothing.
   double sum = 0;
@@ -203,10 +238,15 @@ void Partition::gather_bucket(int b) {
   }
 }
 
-void Partition::sync_parameters() {
+void Partition::sync_parameters(bool master_changed) {
   if (master_is_params_) return;  // one partition: nothing to copy, no one to gather from
   const auto& buckets = flat_.layout().buckets();
   if (swap_) {  // the step copied each tile into the parameters already: only the gathers are left
+    if (master_changed) {
+      swap_->read_state(0, [&](optim::Tile t, const float* master) {
+        copy_into_parameters(t, at::from_blob(const_cast<float*>(master), {t.length}, at::kFloat));
+      });
+    }
     for (size_t i = 0; i < buckets.size(); ++i) {
       const int b = static_cast<int>(i);
       if (stage3_ && !stage3_->is_root(b) && flat_.released(b)) continue;

@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,8 +60,18 @@ class Partition {
   const at::Tensor& gradient_accumulator() const { return gradients_; }
   const at::Tensor& master() const { return master_; }
   at::Tensor master(int b) const;  // bucket b's owned slice of it
-  // The named fp32 states a checkpoint saves and loads: "master", then the optimizer's.
+  // The named fp32 states a checkpoint saves and loads: "master", then the optimizer's (tensors
+  // undefined when they are on NVMe: use write_state / read_state).
   std::vector<std::pair<std::string, at::Tensor>> states() const;
+  std::vector<std::string> state_names() const;
+  // State k of state_names(), all owned_numel elements in order, as pieces of bytes to `sink`
+  // (checkpoint save), wherever the state lives.
+  void write_state(int k, const std::function<void(const void* data, int64_t bytes)>& sink);
+  // fill(offset, length, out): write elements [offset, offset + length) of state k into `out`
+  // (checkpoint load), in pieces that cover the owned buffer.
+  void read_state(int k, const std::function<void(int64_t offset, int64_t length, float* out)>& fill);
+  // The owned shards in the model's dtype: the master rounded (checkpoints of 16-bit models).
+  at::Tensor parameters16() const;
 
   // The local sum of squares of `grads` (owned, fp32), tile by tile; not finite exactly when some
   // gradient is not.
@@ -68,7 +79,9 @@ class Partition {
   void step(const at::Tensor& grads, const optim::StepParams& params);
   // The master into the parameters: each owned shard in the model's dtype, then every rank's
   // shards to every rank (stage 3: into the persistent shard; a unit gathers it when it runs).
-  void sync_parameters();
+  // `master_changed` (after a checkpoint load): the master is new everywhere, not only where the
+  // last step wrote it into the parameters (which matters on NVMe, where the step copies tiles).
+  void sync_parameters(bool master_changed = false);
   // GatheredParameters wrote whole bucket b: this rank's shard of it becomes its master (and, at
   // stage 3, its persistent shard).
   void take_parameters(int b);

@@ -120,28 +120,38 @@ TEST(EngineCheckpoint, ResumeIsBitwiseExactAtTheSameWorldSize) {
   }
 }
 
-// A checkpoint does not record where the states lived: saved with CPU offload it resumes without
-// it and the other way round, bit for bit.
+// A checkpoint does not record where the states lived: saved with the optimizer in memory, on the
+// CPU (offload) or on NVMe (streamed out of its swap file tile by tile), it resumes in any other
+// of these, bit for bit.
 TEST(EngineCheckpoint, OffloadedAndInMemoryRunsResumeEachOther) {
-  auto with_offload = [](int stage) {
+  enum Mode { kMemory, kCpu, kNvme };
+  auto with = [](int stage, Mode mode, const std::string& nvme) {
     std::string json = config(stage);
     const std::string anchor = R"("reduce_bucket_size": 100)";
-    std::string blocks = R"(, "offload_optimizer": {"device": "cpu"})";
-    if (stage == 3) blocks += R"(, "offload_param": {"device": "cpu"})";
+    std::string blocks = R"(, "sub_group_size": 96)";  // several tiles per rank on NVMe
+    if (mode == kCpu) blocks += R"(, "offload_optimizer": {"device": "cpu"})";
+    if (mode == kNvme)
+      blocks += R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + nvme + R"(", "pipeline_read": true})";
+    if (mode != kMemory && stage == 3) blocks += R"(, "offload_param": {"device": "cpu"})";
     json.replace(json.find(anchor), anchor.size(), anchor + blocks);
     return json;
   };
+  const char* names[] = {"memory", "cpu", "nvme"};
   for (int stage : {2, 3}) {
-    for (bool saved_offloaded : {true, false}) {
+    for (auto [saved, loaded] : {std::pair{kCpu, kMemory}, {kMemory, kCpu}, {kNvme, kMemory}, {kMemory, kNvme},
+                                 {kNvme, kNvme}, {kCpu, kNvme}}) {
       JobDir dir("offload");
-      Session straight(saved_offloaded ? with_offload(stage) : config(stage), test_world());
+      const std::string nvme = (dir.path / "nvme").string();
+      fs::create_directories(nvme);
+      Session straight(with(stage, saved, nvme), test_world());
       straight.run(0, 5);
-      straight.engine->save_checkpoint(dir.path.string());
+      straight.engine->save_checkpoint((dir.path / "ckpt").string());
       const std::vector<double> expected = straight.run(5, 10);
-      Session resumed(saved_offloaded ? config(stage) : with_offload(stage), test_world(), 7);
-      resumed.engine->load_checkpoint(dir.path.string());
+      Session resumed(with(stage, loaded, nvme), test_world(), 7);
+      resumed.engine->load_checkpoint((dir.path / "ckpt").string());
       EXPECT_EQ(resumed.engine->global_steps(), 5);
-      EXPECT_EQ(resumed.run(5, 10), expected) << "stage " << stage << (saved_offloaded ? " saved offloaded" : " loaded offloaded");
+      EXPECT_EQ(resumed.run(5, 10), expected)
+          << "stage " << stage << ": saved with the optimizer in " << names[saved] << ", loaded in " << names[loaded];
     }
   }
 }

@@ -4,8 +4,8 @@
 // bit — losses and weights — at every stage, with and without overlap, in fp32 and bf16.
 // The optimizer on NVMe (ZeRO-Infinity) streams master and moments through a pool of buffers,
 // tile by tile, with the same arithmetic: bit for bit too, and only the pool stays in memory.
-// What is not built yet (parameters on NVMe, checkpoints of a swapped optimizer, Lamb) is refused
-// by name.
+// What is not built yet (parameters on NVMe; Lamb, whose trust ratios need every tile twice) is
+// refused by name.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -153,7 +153,6 @@ TEST(OffloadNvme, WhatIsNotBuiltIsRefusedByName) {
       zero::Config config = zero::Config::parse(json);
       config.resolve({.world_size = test_world().size()});
       zero::Engine engine(model, config, test_world());
-      engine.save_checkpoint((std::filesystem::path(nvme) / "ckpt").string());
     } catch (const zero::Error& e) {
       return e.what();
     }
@@ -164,8 +163,6 @@ TEST(OffloadNvme, WhatIsNotBuiltIsRefusedByName) {
   param.replace(param.find(R"("reduce_bucket_size": 100)"), 25,
                 R"("reduce_bucket_size": 100, "offload_param": {"device": "nvme", "nvme_path": ")" + nvme + R"("})");
   EXPECT_NE(error_of(param).find("zero_optimization.offload_param.device \"nvme\" (ZeRO-Infinity) is not supported"),
-            std::string::npos);
-  EXPECT_NE(error_of(on_nvme(base, nvme, false)).find("checkpoints of an NVMe-offloaded optimizer are not built yet"),
             std::string::npos);
   std::string lamb = on_nvme(base, nvme, false);
   lamb.replace(lamb.find("AdamW"), 5, "Lamb");
