@@ -75,13 +75,27 @@ double SumOfSquares(const float* HWY_RESTRICT x, int64_t n) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
 namespace zero::optim {
 
 HWY_EXPORT(AdamUpdate);
 HWY_EXPORT(SumOfSquares);
 
 void adam_update(float* params, const float* grads, float* m, float* v, int64_t n, const AdamScalars& s) {
-  HWY_DYNAMIC_DISPATCH(AdamUpdate)(params, grads, m, v, n, s);
+  // Chunks over LibTorch's intra-op threads (1 in the engine's one-thread-per-rank setting).
+  // Every element goes through the same vector code whichever chunk holds it (the tail too), so
+  // the bits do not depend on the number of threads.
+  constexpr int64_t kChunk = 1 << 16;
+  if (n <= kChunk || at::get_num_threads() == 1) return HWY_DYNAMIC_DISPATCH(AdamUpdate)(params, grads, m, v, n, s);
+  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t at = c * kChunk, length = std::min(kChunk, n - at);
+      HWY_DYNAMIC_DISPATCH(AdamUpdate)(params + at, grads + at, m + at, v + at, length, s);
+    }
+  });
 }
 
 double sum_of_squares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquares)(x, n); }
