@@ -221,6 +221,9 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   s.partition->make_optimizer(config.optimizer, groups, config.zero.sub_group_size, world.rank());
   const bool offloading = config.zero.offload_optimizer.device != OffloadDevice::kNone ||
                           config.zero.offload_param.device != OffloadDevice::kNone;
+  if (const std::string& why = s.partition->swap_warning(); !why.empty()) {
+    std::fprintf(stderr, "zerocpp: warning: rank %d: %s\n", world.rank(), why.c_str());
+  }
   if (offloading && world.rank() == 0) {
     // The memory plan of an offloaded run, before its first step (rank 0 speaks for every rank:
     // partitions differ by padding only).

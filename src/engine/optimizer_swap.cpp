@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 
 #include "zero/error.h"
 
@@ -25,6 +26,18 @@ void remove_abandoned(const std::string& dir) {
     const long pid = std::strtol(name.c_str() + std::char_traits<char>::length(kFolderPrefix), nullptr, 10);
     if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
   }
+}
+
+// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
+int64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -56,6 +69,17 @@ OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile
   int64_t largest = 0;
   for (size_t i = 0; i < tiles_.size(); ++i) largest = std::max(largest, region_bytes(i));
   const int64_t count = std::clamp<int64_t>(options_.buffer_count, 1, static_cast<int64_t>(tiles_.size()));
+  // The pool must fit: a tile is master and states of sub_group_size elements.
+  const int64_t available = available_memory();
+  if (available > 0 && count * largest > available) {
+    file_.reset();
+    std::error_code ec;
+    fs::remove_all(folder_, ec);
+    throw Error("zero_optimization.offload_optimizer: " + std::to_string(count) + " buffers of " + std::to_string(largest) +
+                    " bytes (buffer_count × one sub_group_size tile of master and optimizer states) need more than the " +
+                    std::to_string(available) + " bytes of memory available; lower sub_group_size or buffer_count",
+                "zero_optimization.sub_group_size");
+  }
   for (int64_t i = 0; i < count; ++i) buffers_.emplace_back(largest);
 }
 

@@ -91,6 +91,8 @@ class Partition {
   bool swapped() const { return swap_ != nullptr; }
   int64_t swap_buffer_bytes() const { return swap_ ? swap_->buffer_bytes() : 0; }
   int64_t swap_file_bytes() const { return swap_ ? swap_->file_bytes() : 0; }
+  // Why the swap file is not O_DIRECT (a filesystem that refuses it), or empty.
+  std::string swap_warning() const { return swap_ ? swap_->warning() : std::string(); }
   int64_t gradient_bytes() const { return gradients_.defined() ? static_cast<int64_t>(gradients_.nbytes()) : 0; }
 
  private:
