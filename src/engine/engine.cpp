@@ -65,6 +65,18 @@ std::optional<engine::SwapOptions> swap_options(const Config& config, int rank) 
                              .rank = rank};
 }
 
+// offload_param.device "nvme" (stage 3): where the persistent parameter shards are swapped.
+std::optional<engine::SwapOptions> param_swap_options(const Config& config, int rank) {
+  const OffloadParamConfig& o = config.zero.offload_param;
+  if (o.device != OffloadDevice::kNvme) return std::nullopt;
+  return engine::SwapOptions{.dir = o.nvme_path,
+                             .aio = {.block_size = config.aio.block_size,
+                                     .queue_depth = config.aio.queue_depth,
+                                     .single_submit = config.aio.single_submit},
+                             .buffer_count = o.buffer_count,
+                             .rank = rank};
+}
+
 // The distinct trainable parameters in registration order (a tied parameter appears once).
 std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) {
   std::vector<at::Tensor> params;
@@ -81,13 +93,8 @@ void check_config(const Config& config, const World& world) {
                     " (Config::from_file or Config::resolve)",
                 config.origin());
   }
-  // CPU offload needs nothing more of a CPU build: master, moments, gradients and parameter
-  // shards are in host memory already (partition.h). NVMe (ZeRO-Infinity) is not built yet.
-  if (config.zero.offload_param.device == OffloadDevice::kNvme) {
-    throw Error("zero_optimization.offload_param.device \"nvme\" (ZeRO-Infinity) is not supported by this engine yet; "
-                "\"cpu\" is",
-                "zero_optimization.offload_param.device");
-  }
+  // Offload: CPU needs nothing more of a CPU build (every state is in host memory already);
+  // NVMe swaps the optimizer (partition.h) and stage 3's parameter shards (stage3.h).
   if (config.optimizer.type == OptimizerType::kNone) {
     throw Error("the config has no \"optimizer\" block: the engine builds its optimizer from it", "optimizer");
   }
@@ -214,7 +221,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
         *s.flat, s.comm, world.rank(), std::move(units),
         engine::Stage3Limits{.prefetch_bucket = config.zero.stage3_prefetch_bucket_size,
                              .max_live = config.zero.stage3_max_live_parameters,
-                             .max_reuse_distance = config.zero.stage3_max_reuse_distance});
+                             .max_reuse_distance = config.zero.stage3_max_reuse_distance},
+        param_swap_options(config, world.rank()));
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
   s.partition->make_master(s.stage3.get());
@@ -234,8 +242,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                  "memory: parameters %.1f MB, gradients %.1f MB, fp32 master %.1f MB, optimizer state %.1f MB, swap "
                  "buffers %.1f MB; on NVMe: %.1f MB%s%s\n",
                  mb(r.parameters), mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state), mb(r.swap_buffers),
-                 mb(r.on_nvme), r.on_nvme > 0 ? " in " : "",
-                 r.on_nvme > 0 ? config.zero.offload_optimizer.nvme_path.c_str() : "");
+                 mb(r.on_nvme), r.on_nvme > 0 ? " under " : "",
+                 r.on_nvme == 0                                              ? ""
+                 : config.zero.offload_optimizer.device == OffloadDevice::kNvme ? config.zero.offload_optimizer.nvme_path.c_str()
+                                                                             : config.zero.offload_param.nvme_path.c_str());
   }
 }
 
@@ -364,7 +374,7 @@ MemoryReport Engine::memory_report() const {
   r.master_weights = s.partition->master_bytes();
   r.optimizer_state = s.partition->state_bytes();
   r.swap_buffers = s.partition->swap_buffer_bytes();
-  r.on_nvme = s.partition->swap_file_bytes();
+  r.on_nvme = s.partition->swap_file_bytes() + (s.stage3 ? s.stage3->shard_file_bytes() : 0);
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();
   r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;

@@ -1,10 +1,8 @@
 #include "engine/optimizer_swap.h"
 
 #include <ATen/ATen.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -15,18 +13,6 @@ namespace zero::engine {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kFolderPrefix = "zerocpp-swap-";
-
-// Folders of earlier runs on this machine whose process is gone (a crash, a kill -9).
-void remove_abandoned(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(kFolderPrefix, 0) != 0) continue;
-    const long pid = std::strtol(name.c_str() + std::char_traits<char>::length(kFolderPrefix), nullptr, 10);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
-  }
-}
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
 int64_t available_memory() {
@@ -51,13 +37,7 @@ OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile
   }
   const std::string key = "zero_optimization.offload_optimizer.nvme_path";
   offload::check_swap_dir(options_.dir, size, key);
-  remove_abandoned(options_.dir);
-  // Private to this engine: the process, a count of the engines it made, the rank.
-  static std::atomic<int> engines{0};
-  folder_ = (fs::path(options_.dir) / (kFolderPrefix + std::to_string(::getpid()) + "." + std::to_string(engines++) +
-                                       ".rank" + std::to_string(options_.rank)))
-                .string();
-  fs::create_directories(folder_);
+  folder_ = offload::create_swap_folder(options_.dir, options_.rank);
   try {
     file_ = std::make_unique<offload::SwapFile>(folder_ + "/optimizer.swap", std::max<int64_t>(size, offload::kIoAlignment),
                                                 options_.aio);

@@ -83,11 +83,11 @@ void Partition::make_master(Stage3* stage3) {
   std::vector<at::Tensor> shards;
   for (size_t i = 0; i < buckets.size(); ++i) {
     const int b = static_cast<int>(i);
-    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->owned(b)
+    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->shard(b)
                                                      : flat_.shard(flat_.buffer(b), b, owner_rank_));
   }
   master_ = at::cat(shards).to(at::kFloat);
-  if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_) {
+  if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_ && !stage3_->shards_swapped()) {
     // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
     // (one fp32 copy of the owned parameters less per rank).
     for (size_t b = 0; b < buckets.size(); ++b) {
@@ -174,7 +174,7 @@ at::Tensor Partition::parameters16() const {
   std::vector<at::Tensor> shards;
   for (size_t i = 0; i < flat_.layout().buckets().size(); ++i) {
     const int b = static_cast<int>(i);
-    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->owned(b) : flat_.shard(flat_.buffer(b), b, owner_rank_));
+    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->shard(b) : flat_.shard(flat_.buffer(b), b, owner_rank_));
   }
   return at::cat(shards);
 }
@@ -208,9 +208,8 @@ void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_til
     const at::Tensor source = master_tile.narrow(0, begin - t.offset, end - begin);
     const int64_t at = begin - buckets[i].owned_offset;
     if (stage3_ && !stage3_->is_root(b)) {  // as sync_parameters does with the whole master
-      const at::Tensor& owned = stage3_->owned(b);
-      owned.narrow(0, at, end - begin).copy_(source);
-      if (flat_.released(b) || flat_.buffer(b).data_ptr() == owned.data_ptr()) continue;
+      stage3_->write_shard(b, at, source);
+      if (flat_.released(b) || stage3_->buffer_views_shard(b)) continue;
     }
     flat_.shard(flat_.buffer(b), b, owner_rank_).narrow(0, at, end - begin).copy_(source);
   }
@@ -260,11 +259,10 @@ void Partition::sync_parameters(bool master_changed) {
     if (stage3_ && !stage3_->is_root(b)) {
       // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
       // persistent shard tensor, not into any parameter: their version counters stay.)
-      const at::Tensor& owned = stage3_->owned(b);
-      if (!master_is_shards_) owned.copy_(source);
+      if (!master_is_shards_) stage3_->write_shard(b, 0, source);
       if (flat_.released(b)) continue;  // else: gathered on request, keep it current
       // One rank: a whole unit's parameters view this shard, which holds them now.
-      if (flat_.buffer(b).data_ptr() == owned.data_ptr()) continue;
+      if (stage3_->buffer_views_shard(b)) continue;
     }
     const at::Tensor& buffer = flat_.buffer(b);
     flat_.shard(buffer, b, owner_rank_).copy_(source);
@@ -281,7 +279,7 @@ void Partition::take_parameters(int b) {
   const at::Tensor mine = master(b);
   // (At one rank a whole stage-3 unit views its shard, which an fp32 master already is.)
   if (!master_is_params_ && mine.data_ptr() != shard.data_ptr()) mine.copy_(shard);
-  if (stage3_ && !stage3_->is_root(b) && !master_is_shards_) stage3_->owned(b).copy_(shard);
+  if (stage3_ && !stage3_->is_root(b) && !master_is_shards_) stage3_->write_shard(b, 0, shard);
 }
 
 int64_t Partition::master_bytes() const {

@@ -42,7 +42,8 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
   return map;
 }
 
-Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits)
+Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits,
+               std::optional<SwapOptions> shard_swap)
     : flat_(flat),
       comm_(comm),
       rank_(rank),
@@ -50,6 +51,7 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       bucket_of_unit_(map_.units.size(), -1),
       element_size_(static_cast<int64_t>(c10::elementSize(flat_.dtype()))),
       limits_(limits),
+      gather_input_(flat_.layout().buckets().size()),
       inflight_(flat_.layout().buckets().size()) {
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -64,6 +66,24 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
     } else {
       owned_.push_back(flat_.shard(flat_.buffer(static_cast<int>(b)), static_cast<int>(b), rank_).clone());
       flat_.release(static_cast<int>(b));
+    }
+  }
+  for (size_t b = 0; b < buckets.size(); ++b) shard_numel_.push_back(buckets[b].shard);
+  if (shard_swap) {
+    // Every unit's shard goes to NVMe and out of memory (zero::Init's units let go of theirs too).
+    std::vector<int64_t> bytes;
+    for (size_t b = 0; b < buckets.size(); ++b) bytes.push_back(root_[b] ? 0 : static_cast<int64_t>(owned_[b].nbytes()));
+    shard_swap_ = std::make_unique<ShardSwap>(*shard_swap, bytes);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (root_[b]) continue;
+      shard_swap_->write(static_cast<int>(b), owned_[b]);
+      owned_[b] = at::Tensor();
+      UnitBase& unit = *map_.units[static_cast<size_t>(map_.group_of[static_cast<size_t>(buckets[b].params.front())])];
+      if (unit.partitioned()) {
+        PartitionedUnit p = *unit.partitioned();
+        p.shard = at::Tensor();
+        unit.set_partitioned(std::move(p));
+      }
     }
   }
   states_ = UnitStates(root_);
@@ -91,6 +111,7 @@ void Stage3::wait_inflight(int b) {
     work->wait();
     work.reset();
   }
+  gather_input_[static_cast<size_t>(b)] = at::Tensor();  // a swapped shard's copy: the gather is done
   if (states_.at(b) == ShardState::kGathering) states_.set(b, ShardState::kWhole);
 }
 
@@ -111,21 +132,26 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
   gather_order_.record(b);
   gathered_ += elements(b);
   gathered_peak_ = std::max(gathered_peak_, gathered_);
-  if (comm_.size() == 1) {
+  if (comm_.size() == 1 && !shard_swap_) {
     // One partition: the shard is the whole bucket, so the parameters view it (no copy, no
     // second copy of the unit in memory).
     flat_.materialize_as(b, owned_[static_cast<size_t>(b)]);
     return nullptr;
   }
   flat_.materialize(b);
+  // On NVMe the shard is read first, and kept until its all-gather is done.
+  const at::Tensor input = shard_swap_ ? shard(b) : owned_[static_cast<size_t>(b)];
+  if (shard_swap_) gather_input_[static_cast<size_t>(b)] = input;
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
-  return comm_.all_gather(owned_[static_cast<size_t>(b)], flat_.buffer(b), {.async = async});
+  return comm_.all_gather(input, flat_.buffer(b), {.async = async});
 }
 
 void Stage3::gather(int b) {
   wait_inflight(b);
-  if (states_.at(b) == ShardState::kSharded) start_gather(b, /*async=*/false);
+  if (states_.at(b) != ShardState::kSharded) return;
+  start_gather(b, /*async=*/false);
+  gather_input_[static_cast<size_t>(b)] = at::Tensor();
 }
 
 void Stage3::prefetch(int b) {
@@ -248,6 +274,26 @@ void Stage3::own_view(int b, at::Tensor view) {
     p.shard = owned;
     unit.set_partitioned(std::move(p));
   }
+}
+
+at::Tensor Stage3::shard(int b) const {
+  if (!shard_swap_ || root_[static_cast<size_t>(b)]) return owned_[static_cast<size_t>(b)];
+  return shard_swap_->read(b, shard_numel_[static_cast<size_t>(b)], flat_.dtype());
+}
+
+void Stage3::write_shard(int b, int64_t offset, const at::Tensor& values) {
+  if (!shard_swap_) {
+    owned_[static_cast<size_t>(b)].narrow(0, offset, values.numel()).copy_(values);
+    return;
+  }
+  at::Tensor whole = shard(b);
+  whole.narrow(0, offset, values.numel()).copy_(values);
+  shard_swap_->write(b, whole);
+}
+
+bool Stage3::buffer_views_shard(int b) const {
+  const at::Tensor& owned = owned_[static_cast<size_t>(b)];
+  return owned.defined() && !flat_.released(b) && flat_.buffer(b).data_ptr() == owned.data_ptr();
 }
 
 int64_t Stage3::owned_bytes() const {

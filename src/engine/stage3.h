@@ -4,11 +4,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/flat_params.h"
 #include "engine/gather_order.h"
+#include "engine/shard_swap.h"
 #include "engine/unit_hooks.h"
 #include "engine/unit_states.h"
 #include "zero/communicator.h"
@@ -35,7 +37,9 @@ struct Stage3Limits {
 class Stage3 : public detail::UnitHooks {
  public:
   // Keeps this rank's shard of every unit's bucket and frees the buckets (the root stays).
-  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits);
+  // `shard_swap` (offload_param.device "nvme"): the shards live in a swap file instead of memory.
+  Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits,
+         std::optional<SwapOptions> shard_swap = std::nullopt);
   ~Stage3() override;  // detaches the units (their parameters stay freed)
 
   void before_forward(UnitBase& unit) override;
@@ -62,7 +66,14 @@ class Stage3 : public detail::UnitHooks {
   void release_all();  // every unit but the root
   bool is_root(int b) const { return root_[static_cast<size_t>(b)]; }
   // This rank's persistent shard of a unit's bucket (model dtype); the root's lives in its buffer.
-  const at::Tensor& owned(int b) const { return owned_[static_cast<size_t>(b)]; }
+  // On NVMe: a copy read from the swap file.
+  at::Tensor shard(int b) const;
+  // Elements [offset, offset + values.numel()) of unit bucket b's shard become `values`.
+  void write_shard(int b, int64_t offset, const at::Tensor& values);
+  // One partition, in memory: a whole unit's parameters view its shard (no copy to make).
+  bool buffer_views_shard(int b) const;
+  bool shards_swapped() const { return shard_swap_ != nullptr; }
+  int64_t shard_file_bytes() const { return shard_swap_ ? shard_swap_->file_bytes() : 0; }
   // Makes `view` (same size and dtype, holding the same values) unit bucket b's persistent shard,
   // dropping the old one: an fp32 model's shards become views of the master weights.
   void own_view(int b, at::Tensor view);
@@ -79,7 +90,10 @@ class Stage3 : public detail::UnitHooks {
   UnitMap map_;
   std::vector<int> bucket_of_unit_;
   std::vector<bool> root_;
-  std::vector<at::Tensor> owned_;
+  std::vector<at::Tensor> owned_;  // per bucket; undefined for every unit when the shards are swapped
+  std::unique_ptr<ShardSwap> shard_swap_;
+  std::vector<int64_t> shard_numel_;     // per bucket
+  std::vector<at::Tensor> gather_input_;  // per bucket: a swapped shard read for a gather in flight
   int64_t gathered_ = 0, gathered_peak_ = 0;  // elements of unit buckets whole
   int64_t element_size_;
   Stage3Limits limits_;

@@ -6,7 +6,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <cerrno>
+#include <filesystem>
+#include <string_view>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -185,6 +190,23 @@ void SwapFile::wait(IoTicket ticket) {
 }
 
 void SwapFile::wait_all() { wait(next_ticket_ - 1); }
+
+std::string create_swap_folder(const std::string& dir, int rank) {
+  namespace fs = std::filesystem;
+  static constexpr std::string_view kPrefix = "zerocpp-swap-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + kPrefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
+  }
+  static std::atomic<int> made{0};  // several engines (or swaps) in one process
+  const fs::path folder = fs::path(dir) / (std::string(kPrefix) + std::to_string(::getpid()) + "." +
+                                           std::to_string(made++) + ".rank" + std::to_string(rank));
+  fs::create_directories(folder);
+  return folder.string();
+}
 
 void check_swap_dir(const std::string& dir, int64_t needed, const std::string& key) {
   struct stat info {};

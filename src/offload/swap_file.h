@@ -94,6 +94,11 @@ class SwapFile {
   int64_t bytes_read_ = 0, bytes_written_ = 0;
 };
 
+// A folder of its own under `dir` for one engine's swap files ("zerocpp-swap-<pid>.<n>.rank<R>"),
+// created after removing the folders of earlier runs on this machine whose process is gone (a
+// crash, a kill -9). Its owner removes it (std::filesystem::remove_all) when done.
+std::string create_swap_folder(const std::string& dir, int rank);
+
 // Before anything is allocated: `dir` exists, is a writable directory, and its filesystem has
 // `needed` bytes free; a zero::Error naming the key, the path and the sizes otherwise.
 void check_swap_dir(const std::string& dir, int64_t needed, const std::string& key);

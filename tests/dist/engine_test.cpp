@@ -414,7 +414,7 @@ TEST(EngineErrors, UnsupportedConfigsAreClearErrors) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>();
   zero::Config offload = zero::Config::parse(R"({"train_batch_size": 48,
-      "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}},
+      "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nonexistent/zerocpp"}},
       "optimizer": {"type": "AdamW"}})");
   offload.resolve({.world_size = test_world().size()});
   EXPECT_THROW(zero::Engine(*model, offload, test_world()), zero::Error);
