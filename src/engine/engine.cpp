@@ -51,30 +51,31 @@ engine::ReducerOptions reducer_options(const Config& config) {
   return o;
 }
 
+// A swap under `dir` with the aio block's settings (NVMe offload).
+engine::SwapOptions swap_under(const std::string& dir, int64_t buffer_count, const Config& config, int rank) {
+  return engine::SwapOptions{.dir = dir,
+                             .aio = {.block_size = config.aio.block_size,
+                                     .queue_depth = config.aio.queue_depth,
+                                     .single_submit = config.aio.single_submit},
+                             .buffer_count = buffer_count,
+                             .rank = rank};
+}
+
 // offload_optimizer.device "nvme": where and how the optimizer's swap file is streamed.
 std::optional<engine::SwapOptions> swap_options(const Config& config, int rank) {
   const OffloadOptimizerConfig& o = config.zero.offload_optimizer;
   if (o.device != OffloadDevice::kNvme) return std::nullopt;
-  return engine::SwapOptions{.dir = o.nvme_path,
-                             .aio = {.block_size = config.aio.block_size,
-                                     .queue_depth = config.aio.queue_depth,
-                                     .single_submit = config.aio.single_submit},
-                             .buffer_count = o.buffer_count,
-                             .pipeline_read = o.pipeline_read,
-                             .pipeline_write = o.pipeline_write,
-                             .rank = rank};
+  engine::SwapOptions swap = swap_under(o.nvme_path, o.buffer_count, config, rank);
+  swap.pipeline_read = o.pipeline_read;
+  swap.pipeline_write = o.pipeline_write;
+  return swap;
 }
 
 // offload_param.device "nvme" (stage 3): where the persistent parameter shards are swapped.
 std::optional<engine::SwapOptions> param_swap_options(const Config& config, int rank) {
   const OffloadParamConfig& o = config.zero.offload_param;
   if (o.device != OffloadDevice::kNvme) return std::nullopt;
-  return engine::SwapOptions{.dir = o.nvme_path,
-                             .aio = {.block_size = config.aio.block_size,
-                                     .queue_depth = config.aio.queue_depth,
-                                     .single_submit = config.aio.single_submit},
-                             .buffer_count = o.buffer_count,
-                             .rank = rank};
+  return swap_under(o.nvme_path, o.buffer_count, config, rank);
 }
 
 // The distinct trainable parameters in registration order (a tied parameter appears once).
