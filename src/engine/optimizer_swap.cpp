@@ -4,15 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
 #include <fstream>
 
 #include "zero/error.h"
 
 namespace zero::engine {
 namespace {
-
-namespace fs = std::filesystem;
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
 int64_t available_memory() {
@@ -28,48 +25,47 @@ int64_t available_memory() {
 
 }  // namespace
 
-OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states)
-    : options_(options), tiles_(std::move(tiles)), num_states_(num_states) {
-  int64_t size = 0;
-  for (size_t i = 0; i < tiles_.size(); ++i) {
-    offsets_.push_back(size);
-    size += region_bytes(i);
+// The swap's size and its buffers' need, before anything is created.
+int64_t OptimizerSwap::checked_size(const SwapOptions& options, const std::vector<optim::Tile>& tiles,
+                                    int num_states) {
+  int64_t size = 0, largest = 0;
+  for (const optim::Tile& t : tiles) {
+    const int64_t region = (1 + num_states) * padded(t.length);
+    size += region;
+    largest = std::max(largest, region);
   }
-  const std::string key = "zero_optimization.offload_optimizer.nvme_path";
-  offload::check_swap_dir(options_.dir, size, key);
-  folder_ = offload::create_swap_folder(options_.dir, options_.rank);
-  try {
-    file_ = std::make_unique<offload::SwapFile>(folder_ + "/optimizer.swap", std::max<int64_t>(size, offload::kIoAlignment),
-                                                options_.aio);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(folder_, ec);
-    throw;
-  }
-  int64_t largest = 0;
-  for (size_t i = 0; i < tiles_.size(); ++i) largest = std::max(largest, region_bytes(i));
-  const int64_t count = std::clamp<int64_t>(options_.buffer_count, 1, static_cast<int64_t>(tiles_.size()));
-  // The pool must fit: a tile is master and states of sub_group_size elements.
+  offload::check_swap_dir(options.dir, size, "zero_optimization.offload_optimizer.nvme_path");
+  // The pool must fit: a buffer holds one sub_group_size tile of master and optimizer states.
+  const int64_t count = std::clamp<int64_t>(options.buffer_count, 1, static_cast<int64_t>(tiles.size()));
   const int64_t available = available_memory();
   if (available > 0 && count * largest > available) {
-    file_.reset();
-    std::error_code ec;
-    fs::remove_all(folder_, ec);
-    throw Error("zero_optimization.offload_optimizer: " + std::to_string(count) + " buffers of " + std::to_string(largest) +
+    throw Error("zero_optimization.offload_optimizer: " + std::to_string(count) + " buffers of " +
+                    std::to_string(largest) +
                     " bytes (buffer_count × one sub_group_size tile of master and optimizer states) need more than the " +
                     std::to_string(available) + " bytes of memory available; lower sub_group_size or buffer_count",
                 "zero_optimization.sub_group_size");
   }
+  return size;
+}
+
+OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states)
+    : options_(options),
+      tiles_(std::move(tiles)),
+      num_states_(num_states),
+      size_(checked_size(options_, tiles_, num_states_)),
+      folder_(options_.dir, options_.rank),
+      file_(std::make_unique<offload::SwapFile>(folder_.path() + "/optimizer.swap",
+                                                std::max<int64_t>(size_, offload::kIoAlignment), options_.aio)) {
+  int64_t largest = 0;
+  for (size_t i = 0; i < tiles_.size(); ++i) {
+    offsets_.push_back(i == 0 ? 0 : offsets_.back() + region_bytes(i - 1));
+    largest = std::max(largest, region_bytes(i));
+  }
+  const int64_t count = std::clamp<int64_t>(options_.buffer_count, 1, static_cast<int64_t>(tiles_.size()));
   for (int64_t i = 0; i < count; ++i) buffers_.emplace_back(largest);
 }
 
-OptimizerSwap::~OptimizerSwap() {
-  file_.reset();
-  std::error_code ec;
-  fs::remove_all(folder_, ec);
-}
-
-int64_t OptimizerSwap::padded(int64_t elements) const {
+int64_t OptimizerSwap::padded(int64_t elements) {
   return (elements * 4 + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
 }
 

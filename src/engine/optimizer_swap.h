@@ -32,10 +32,10 @@ struct SwapOptions {
 
 class OptimizerSwap {
  public:
-  // `num_states`: the optimizer's state tensors besides the master. Checks the directory and its
-  // free space, then creates the swap file.
+  // `num_states`: the optimizer's state tensors besides the master. Checks the directory, its free
+  // space and that the buffers fit in memory, then creates the swap file.
   OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states);
-  ~OptimizerSwap();  // removes the file and its folder
+  // The destructor removes the file and its folder.
 
   // The initial contents: the master (whole, fp32) and zeros for every state.
   void write_initial(const at::Tensor& master);
@@ -55,14 +55,16 @@ class OptimizerSwap {
   const std::string& warning() const { return file_->warning(); }
 
  private:
-  int64_t padded(int64_t elements) const;  // one state of a tile, in bytes, aligned
+  static int64_t padded(int64_t elements);  // one state of a tile, in bytes, aligned
+  static int64_t checked_size(const SwapOptions& options, const std::vector<optim::Tile>& tiles, int num_states);
   int64_t region_bytes(size_t i) const { return (1 + num_states_) * padded(tiles_[i].length); }
   std::vector<at::Tensor> views(size_t i, void* buffer) const;  // master, then the states
   SwapOptions options_;
   std::vector<optim::Tile> tiles_;
   int num_states_;
+  int64_t size_;                  // of the file
   std::vector<int64_t> offsets_;  // of each tile's region in the file
-  std::string folder_;
+  offload::SwapFolder folder_;                // declared before the file: removed after it
   std::unique_ptr<offload::SwapFile> file_;
   std::vector<offload::AlignedBuffer> buffers_;
 };

@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "zero/error.h"
 
@@ -32,26 +31,14 @@ ShardSwap::ShardSwap(const SwapOptions& options, const std::vector<int64_t>& sha
     size += aligned(b);
   }
   offload::check_swap_dir(options.dir, size, "zero_optimization.offload_param.nvme_path");
-  folder_ = offload::create_swap_folder(options.dir, options.rank);
-  try {
-    file_ = std::make_unique<offload::SwapFile>(folder_ + "/parameters.swap", std::max<int64_t>(size, offload::kIoAlignment),
-                                                options.aio);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove_all(folder_, ec);
-    throw;
-  }
+  folder_ = std::make_unique<offload::SwapFolder>(options.dir, options.rank);
+  file_ = std::make_unique<offload::SwapFile>(folder_->path() + "/parameters.swap",
+                                              std::max<int64_t>(size, offload::kIoAlignment), options.aio);
 }
 
-ShardSwap::~ShardSwap() {
-  file_.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(folder_, ec);
-}
-
-void ShardSwap::write(int b, const at::Tensor& shard) {
-  at::Tensor staging = aligned_tensor(shard.numel(), shard.scalar_type());
-  staging.copy_(shard.reshape(-1));
+void ShardSwap::write(int b, const at::Tensor& values, at::ScalarType dtype) {
+  at::Tensor staging = aligned_tensor(values.numel(), dtype);
+  staging.copy_(values.reshape(-1));
   file_->wait(file_->write(offsets_[static_cast<size_t>(b)], staging.data_ptr(), bytes_[static_cast<size_t>(b)]));
 }
 

@@ -19,16 +19,17 @@ class ShardSwap {
  public:
   // `shard_bytes[b]`: bucket b's shard in bytes (0: not swapped, e.g. the root).
   ShardSwap(const SwapOptions& options, const std::vector<int64_t>& shard_bytes);
-  ~ShardSwap();  // removes the file and its folder
+  // The destructor removes the file and its folder.
 
-  void write(int b, const at::Tensor& shard);  // the whole shard, contiguous, waited for
+  // The whole shard (`values`, converted to `dtype`, the model's), waited for.
+  void write(int b, const at::Tensor& values, at::ScalarType dtype);
   // Bucket b's shard as a new tensor of `numel` elements of `dtype` (its own aligned memory).
   at::Tensor read(int b, int64_t numel, at::ScalarType dtype);
   int64_t file_bytes() const { return file_->size(); }
 
  private:
   std::vector<int64_t> offsets_, bytes_;
-  std::string folder_;
+  std::unique_ptr<offload::SwapFolder> folder_;  // declared before the file: removed after it
   std::unique_ptr<offload::SwapFile> file_;
 };
 

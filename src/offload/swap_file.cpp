@@ -191,7 +191,7 @@ void SwapFile::wait(IoTicket ticket) {
 
 void SwapFile::wait_all() { wait(next_ticket_ - 1); }
 
-std::string create_swap_folder(const std::string& dir, int rank) {
+SwapFolder::SwapFolder(const std::string& dir, int rank) {
   namespace fs = std::filesystem;
   static constexpr std::string_view kPrefix = "zerocpp-swap-";
   std::error_code ec;
@@ -205,7 +205,12 @@ std::string create_swap_folder(const std::string& dir, int rank) {
   const fs::path folder = fs::path(dir) / (std::string(kPrefix) + std::to_string(::getpid()) + "." +
                                            std::to_string(made++) + ".rank" + std::to_string(rank));
   fs::create_directories(folder);
-  return folder.string();
+  path_ = folder.string();
+}
+
+SwapFolder::~SwapFolder() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 void check_swap_dir(const std::string& dir, int64_t needed, const std::string& key) {

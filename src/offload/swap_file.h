@@ -96,8 +96,18 @@ class SwapFile {
 
 // A folder of its own under `dir` for one engine's swap files ("zerocpp-swap-<pid>.<n>.rank<R>"),
 // created after removing the folders of earlier runs on this machine whose process is gone (a
-// crash, a kill -9). Its owner removes it (std::filesystem::remove_all) when done.
-std::string create_swap_folder(const std::string& dir, int rank);
+// crash, a kill -9), and removed with everything in it when this object goes.
+class SwapFolder {
+ public:
+  SwapFolder(const std::string& dir, int rank);
+  ~SwapFolder();
+  SwapFolder(const SwapFolder&) = delete;
+  SwapFolder& operator=(const SwapFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Before anything is allocated: `dir` exists, is a writable directory, and its filesystem has
 // `needed` bytes free; a zero::Error naming the key, the path and the sizes otherwise.
