@@ -208,7 +208,21 @@ void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_til
     const at::Tensor source = master_tile.narrow(0, begin - t.offset, end - begin);
     const int64_t at = begin - buckets[i].owned_offset;
     if (stage3_ && !stage3_->is_root(b)) {  // as sync_parameters does with the whole master
-      stage3_->write_shard(b, at, source);
+      if (!stage3_->shards_swapped()) {
+        stage3_->write_shard(b, at, source);
+      } else {
+        // Tiles come in order and cover the owned buffer: the shard completes at its last piece.
+        if (pending_bucket_ != b) {
+          pending_bucket_ = b;
+          pending_shard_ = at::empty({buckets[i].shard}, flat_.dtype());
+        }
+        pending_shard_.narrow(0, at, end - begin).copy_(source);
+        if (end == buckets[i].owned_offset + buckets[i].shard) {
+          stage3_->write_shard(b, 0, pending_shard_);
+          pending_bucket_ = -1;
+          pending_shard_ = at::Tensor();
+        }
+      }
       if (flat_.released(b) || stage3_->buffer_views_shard(b)) continue;
     }
     flat_.shard(flat_.buffer(b), b, owner_rank_).narrow(0, at, end - begin).copy_(source);

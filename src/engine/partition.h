@@ -100,8 +100,6 @@ class Partition {
   // NVMe: an updated master tile into the parameters this rank owns (sync_parameters then only
   // gathers).
   void copy_into_parameters(optim::Tile t, const at::Tensor& master_tile);
-  std::optional<SwapOptions> swap_options_;
-  std::unique_ptr<OptimizerSwap> swap_;
   FlatParams& flat_;
   Communicator& comm_;
   int owner_rank_;
@@ -114,6 +112,12 @@ class Partition {
   bool master_is_shards_ = false;  // fp32 model, stage 3: the units' shards view the master
   std::unique_ptr<optim::FlatOptimizer> optimizer_;
   std::vector<optim::Tile> tiles_;  // the step's slices of the owned buffer (sub_group_size)
+  std::optional<SwapOptions> swap_options_;
+  std::unique_ptr<OptimizerSwap> swap_;
+  // Stage-3 shards on NVMe: the shard being filled tile by tile, written once when complete (a
+  // tile's piece alone would cost a read and a write of the whole shard).
+  int pending_bucket_ = -1;
+  at::Tensor pending_shard_;
 };
 
 }  // namespace zero::engine

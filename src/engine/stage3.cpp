@@ -49,9 +49,9 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       rank_(rank),
       map_(std::move(map)),
       bucket_of_unit_(map_.units.size(), -1),
+      gather_input_(flat_.layout().buckets().size()),
       element_size_(static_cast<int64_t>(c10::elementSize(flat_.dtype()))),
       limits_(limits),
-      gather_input_(flat_.layout().buckets().size()),
       inflight_(flat_.layout().buckets().size()) {
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -76,7 +76,7 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
     shard_swap_ = std::make_unique<ShardSwap>(*shard_swap, bytes);
     for (size_t b = 0; b < buckets.size(); ++b) {
       if (root_[b]) continue;
-      shard_swap_->write(static_cast<int>(b), owned_[b]);
+      shard_swap_->write(static_cast<int>(b), owned_[b], flat_.dtype());
       owned_[b] = at::Tensor();
       UnitBase& unit = *map_.units[static_cast<size_t>(map_.group_of[static_cast<size_t>(buckets[b].params.front())])];
       if (unit.partitioned()) {
@@ -286,9 +286,13 @@ void Stage3::write_shard(int b, int64_t offset, const at::Tensor& values) {
     owned_[static_cast<size_t>(b)].narrow(0, offset, values.numel()).copy_(values);
     return;
   }
+  if (offset == 0 && values.numel() == shard_numel_[static_cast<size_t>(b)]) {
+    shard_swap_->write(b, values, flat_.dtype());  // all of it: nothing to read first
+    return;
+  }
   at::Tensor whole = shard(b);
   whole.narrow(0, offset, values.numel()).copy_(values);
-  shard_swap_->write(b, whole);
+  shard_swap_->write(b, whole, flat_.dtype());
 }
 
 bool Stage3::buffer_views_shard(int b) const {
