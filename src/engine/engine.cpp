@@ -216,7 +216,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                                                     config.zero.stage >= 2, config.zero.allgather_bucket_size,
                                                     swap_options(config, world.rank()));
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config),
-                                                    s.partition->gradient_accumulator());
+                                                    s.partition->gradient_home());
   if (stage3) {
     s.stage3 = std::make_unique<engine::Stage3>(
         *s.flat, s.comm, world.rank(), std::move(units),

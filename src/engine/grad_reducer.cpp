@@ -30,14 +30,14 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-GradReducer::GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options, at::Tensor accumulator)
+GradReducer::GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options, GradientHome home)
     : flat_(flat),
       comm_(comm),
       options_(options),
       launcher_(flat.layout(), [this](int b) { return strategy_->launch(b); }) {
   if (options.gradients == ReducerOptions::Gradients::kStreamedIntoShards) {
     if (options.whole_buckets) throw Error("streamed gradients are reduced into shards, never into whole buckets");
-    strategy_ = std::make_unique<StreamedGradients>(flat, comm, options, launcher_, std::move(accumulator));
+    strategy_ = std::make_unique<StreamedGradients>(flat, comm, options, launcher_, std::move(home));
   } else {
     strategy_ = std::make_unique<InBucketGradients>(flat, comm, options);
   }

@@ -34,9 +34,9 @@ namespace zero::engine {
 
 class GradReducer {
  public:
-  // `accumulator`: streamed gradients accumulate there (the partition's gradient home); undefined:
-  // the reducer allocates its own.
-  GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options, at::Tensor accumulator = {});
+  // `home`: where streamed gradients accumulate (the partition's: memory or NVMe); empty: the
+  // reducer allocates its own.
+  GradReducer(FlatParams& flat, Communicator& comm, const ReducerOptions& options, GradientHome home = {});
   ~GradReducer();
 
   // Before backward: whether this micro-step's gradients are reduced (streamed: always; in
@@ -46,7 +46,8 @@ class GradReducer {
   void end_backward();
   // The reduced gradient of every owned element, fp32, summed over ranks (times
   // averaging_factor() it is the average; the loss was already divided by the accumulation
-  // steps). Valid after the boundary's end_backward(). Streamed: the accumulator; in buckets
+  // steps). Valid after the boundary's end_backward(). Streamed: the accumulator (undefined
+  // when the gradients went to NVMe: the partition reads them from there); in buckets
   // with one partition: the fp32 buffer itself; else a new tensor. The step may scale it in
   // place: zero() follows. Note: the average is left to the caller, which folds it into its own
   // unscale-and-clip multiplication: one pass over the gradients, not two.

@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -38,6 +39,15 @@ struct ReducerOptions {
   bool reduce_scatter = true;
 };
 
+// Where StreamedGradients accumulates the owned gradients: an fp32 tensor of owned_numel
+// elements in host memory, or `put`, which takes each bucket's reduced shard in owned order
+// (`replace`: the first reduction since zero(), else added to what it holds) — the optimizer's
+// swap file on NVMe (gradient_stream.h). Neither: a tensor of its own.
+struct GradientHome {
+  at::Tensor memory;
+  std::function<void(int64_t owned_offset, const at::Tensor& shard, bool replace)> put;
+};
+
 class GradientStrategy {
  public:
   GradientStrategy(FlatParams& flat, Communicator& comm, const ReducerOptions& options);
@@ -48,7 +58,7 @@ class GradientStrategy {
   virtual void fill_missing(int bucket) = 0;  // bucket b's parameters without a gradient: zeros
   virtual PendingReduction launch(int bucket) = 0;
   virtual void end_backward() = 0;  // every reduction of the micro-step has finished
-  virtual at::Tensor owned_gradients() = 0;  // see GradReducer::owned_gradients
+  virtual at::Tensor owned_gradients() = 0;  // see GradReducer::owned_gradients (undefined: on NVMe)
   virtual void zero() = 0;
   virtual int64_t gradient_bytes() const = 0;
   virtual int64_t bucket_bytes() const { return 0; }

@@ -27,10 +27,10 @@ int64_t available_memory() {
 
 // The swap's size and its buffers' need, before anything is created.
 int64_t OptimizerSwap::checked_size(const SwapOptions& options, const std::vector<optim::Tile>& tiles,
-                                    int num_states) {
+                                    int segments) {
   int64_t size = 0, largest = 0;
   for (const optim::Tile& t : tiles) {
-    const int64_t region = (1 + num_states) * padded(t.length);
+    const int64_t region = segments * padded(t.length);
     size += region;
     largest = std::max(largest, region);
   }
@@ -41,18 +41,20 @@ int64_t OptimizerSwap::checked_size(const SwapOptions& options, const std::vecto
   if (available > 0 && count * largest > available) {
     throw Error("zero_optimization.offload_optimizer: " + std::to_string(count) + " buffers of " +
                     std::to_string(largest) +
-                    " bytes (buffer_count × one sub_group_size tile of master and optimizer states) need more than the " +
+                    " bytes (buffer_count × one sub_group_size tile of master, optimizer states and gradients) need more than the " +
                     std::to_string(available) + " bytes of memory available; lower sub_group_size or buffer_count",
                 "zero_optimization.sub_group_size");
   }
   return size;
 }
 
-OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states)
+OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile> tiles, int num_states,
+                             bool with_gradients)
     : options_(options),
       tiles_(std::move(tiles)),
       num_states_(num_states),
-      size_(checked_size(options_, tiles_, num_states_)),
+      segments_(1 + num_states + (with_gradients ? 1 : 0)),
+      size_(checked_size(options_, tiles_, segments_)),
       folder_(options_.dir, options_.rank),
       file_(std::make_unique<offload::SwapFile>(folder_.path() + "/optimizer.swap",
                                                 std::max<int64_t>(size_, offload::kIoAlignment), options_.aio)) {
@@ -69,27 +71,29 @@ int64_t OptimizerSwap::padded(int64_t elements) {
   return (elements * 4 + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
 }
 
-std::vector<at::Tensor> OptimizerSwap::views(size_t i, void* buffer) const {
-  std::vector<at::Tensor> out;
-  for (int k = 0; k <= num_states_; ++k) {
-    out.push_back(at::from_blob(static_cast<char*>(buffer) + k * padded(tiles_[i].length), {tiles_[i].length},
-                                at::TensorOptions().dtype(at::kFloat)));
-  }
+TileViews OptimizerSwap::views(size_t i, void* buffer) const {
+  auto segment = [&](int k) {
+    return at::from_blob(static_cast<char*>(buffer) + k * padded(tiles_[i].length), {tiles_[i].length},
+                         at::TensorOptions().dtype(at::kFloat));
+  };
+  TileViews out;
+  out.master = segment(0);
+  for (int k = 1; k <= num_states_; ++k) out.states.push_back(segment(k));
+  if (segments_ > 1 + num_states_) out.gradients = segment(1 + num_states_);
   return out;
 }
 
-void OptimizerSwap::write_initial(const at::Tensor& master) {
+void OptimizerSwap::write_initial(const std::function<void(optim::Tile, const at::Tensor&)>& fill) {
   for (size_t i = 0; i < tiles_.size(); ++i) {
     void* buffer = buffers_[0].data();
-    std::vector<at::Tensor> v = views(i, buffer);
-    v[0].copy_(master.narrow(0, tiles_[i].offset, tiles_[i].length));
-    for (int k = 1; k <= num_states_; ++k) v[static_cast<size_t>(k)].zero_();
-    file_->wait(file_->write(offsets_[i], buffer, region_bytes(i)));
+    const TileViews v = views(i, buffer);
+    fill(tiles_[i], v.master);
+    for (const at::Tensor& state : v.states) state.zero_();
+    file_->wait(file_->write(offsets_[i], buffer, written_bytes(i)));
   }
 }
 
-void OptimizerSwap::for_each_tile(
-    const std::function<void(optim::Tile, const at::Tensor&, const std::vector<at::Tensor>&)>& fn) {
+void OptimizerSwap::for_each_tile(const std::function<void(optim::Tile, const TileViews&)>& fn) {
   const size_t n = tiles_.size(), count = buffers_.size();
   std::vector<offload::IoTicket> read(n, 0), written(count, 0);  // written: per buffer, its last write
   auto start_read = [&](size_t i) {
@@ -104,11 +108,8 @@ void OptimizerSwap::for_each_tile(
     while (next_read < limit) start_read(next_read++);
     file_->wait(read[i]);
     const size_t b = i % count;
-    std::vector<at::Tensor> v = views(i, buffers_[b].data());
-    const at::Tensor master = v[0];
-    v.erase(v.begin());
-    fn(tiles_[i], master, v);
-    written[b] = file_->write(offsets_[i], buffers_[b].data(), region_bytes(i));
+    fn(tiles_[i], views(i, buffers_[b].data()));
+    written[b] = file_->write(offsets_[i], buffers_[b].data(), written_bytes(i));
     if (!options_.pipeline_write) file_->wait(written[b]);
   }
   file_->wait_all();

@@ -63,16 +63,39 @@ Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool 
       owner_rank_(owner_rank),
       allgather_bucket_size_(allgather_bucket_size),
       swap_options_(std::move(swap)) {
-  if (accumulate_gradients) gradients_ = at::zeros({flat.layout().owned_numel()}, at::kFloat);
   if (swap_options_) homes_.master = homes_.moments = Memory::kNvme;
+  if (accumulate_gradients && swap_options_) {
+    gradients_on_nvme_ = true;  // in the optimizer's swap file, which make_optimizer creates
+    homes_.gradients = Memory::kNvme;
+  } else if (accumulate_gradients) {
+    gradients_ = at::zeros({flat.layout().owned_numel()}, at::kFloat);
+  }
+}
+
+GradientHome Partition::gradient_home() {
+  GradientHome home;
+  if (!gradients_on_nvme_) {
+    home.memory = gradients_;
+    return home;
+  }
+  home.put = [this](int64_t offset, const at::Tensor& shard, bool replace) {
+    if (!stream_) throw Error("internal: gradients arrived before the optimizer's swap file exists");
+    stream_->put(offset, shard, replace);
+  };
+  return home;
+}
+
+at::Tensor Partition::owned_parameters(int b) const {
+  return stage3_ && !stage3_->is_root(b) ? stage3_->shard(b) : flat_.shard(flat_.buffer(b), b, owner_rank_);
 }
 
 Partition::~Partition() = default;
 
 void Partition::make_master(Stage3* stage3) {
   stage3_ = stage3;
-  // On NVMe the master is written out tile by tile (make_optimizer): never the parameters' memory.
-  if (!swap_options_ && flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
+  // On NVMe the master is written out tile by tile (make_optimizer), never whole in memory.
+  if (swap_options_) return;
+  if ( flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
     // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
     // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
     master_ = flat_.whole();
@@ -81,11 +104,7 @@ void Partition::make_master(Stage3* stage3) {
   }
   const auto& buckets = flat_.layout().buckets();
   std::vector<at::Tensor> shards;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const int b = static_cast<int>(i);
-    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->shard(b)
-                                                     : flat_.shard(flat_.buffer(b), b, owner_rank_));
-  }
+  for (size_t i = 0; i < buckets.size(); ++i) shards.push_back(owned_parameters(static_cast<int>(i)));
   master_ = at::cat(shards).to(at::kFloat);
   if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_ && !stage3_->shards_swapped()) {
     // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
@@ -114,21 +133,36 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   // back before the optimizer state is allocated, so they never add to the peak (docs/PERFORMANCE.md, "Peak RSS and system time").
   release_freed_memory();
   // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
-  tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(master_.numel(), fragments.fragments)
-                               : optim::tiles_of(master_.numel(), sub_group_size);
+  const int64_t owned = flat_.layout().owned_numel();
+  tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(owned, fragments.fragments)
+                               : optim::tiles_of(owned, sub_group_size);
   if (flat_.layout().world_size() > 1) {
     fragments.sum_over_ranks = [&comm = comm_](const at::Tensor& sums) {
       comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
     };
   }
   optimizer_ = optim::make_flat_optimizer(
-      config, master_.numel(), decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
+      config, owned, decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
       std::move(fragments), std::max<int64_t>(1, sub_group_size), swap_options_.has_value());
   optimizer_->use_tiles(tiles_);
   if (swap_options_) {
-    swap_ = std::make_unique<OptimizerSwap>(*swap_options_, tiles_, static_cast<int>(optimizer_->state().size()));
-    swap_->write_initial(master_);
-    master_ = at::Tensor();  // from here on it lives in the swap file only
+    swap_ = std::make_unique<OptimizerSwap>(*swap_options_, tiles_, static_cast<int>(optimizer_->state().size()),
+                                            gradients_on_nvme_);
+    // The master from the owned parameter shards, one tile at a time (a shard read from NVMe at
+    // stage 3 is read once, not once per tile).
+    int cached = -1;
+    at::Tensor shard;
+    swap_->write_initial([&](optim::Tile t, const at::Tensor& out) {
+      for_each_bucket_in(t, [&](int b, int64_t begin, int64_t end) {
+        if (cached != b) shard = owned_parameters(cached = b);
+        const int64_t base = flat_.layout().buckets()[static_cast<size_t>(b)].owned_offset;
+        out.narrow(0, begin - t.offset, end - begin).copy_(shard.narrow(0, begin - base, end - begin));
+      });
+    });
+    shard = at::Tensor();
+    // One write fills the aio queue.
+    if (gradients_on_nvme_)
+      stream_ = std::make_unique<GradientStream>(*swap_, swap_options_->aio.block_size * swap_options_->aio.queue_depth);
     release_freed_memory();
   }
 }
@@ -172,17 +206,16 @@ at::Tensor Partition::parameters16() const {
   if (!swap_) return master_.to(flat_.dtype());
   // On NVMe: the parameters' own owned shards, which the last step (or load) set from the master.
   std::vector<at::Tensor> shards;
-  for (size_t i = 0; i < flat_.layout().buckets().size(); ++i) {
-    const int b = static_cast<int>(i);
-    shards.push_back(stage3_ && !stage3_->is_root(b) ? stage3_->shard(b) : flat_.shard(flat_.buffer(b), b, owner_rank_));
-  }
+  for (size_t i = 0; i < flat_.layout().buckets().size(); ++i) shards.push_back(owned_parameters(static_cast<int>(i)));
   return at::cat(shards);
 }
 
 double Partition::sum_of_squares(const at::Tensor& grads) const {
-  // One fused pass per tile (no temporaries); padding elements are zero and add nothing.
+  if (stream_) return stream_->sum_of_squares();  // summed as the pieces went to NVMe, in this grouping
+  // One fused pass per bucket shard (no temporaries); padding elements are zero and add nothing.
   double sum = 0;
-  for (const optim::Tile t : tiles_) sum += optim::sum_of_squares(grads.data_ptr<float>() + t.offset, t.length);
+  for (const auto& bucket : flat_.layout().buckets())
+    sum += optim::sum_of_squares(grads.data_ptr<float>() + bucket.owned_offset, bucket.shard);
   return sum;
 }
 
@@ -192,19 +225,26 @@ void Partition::step(const at::Tensor& grads, const optim::StepParams& params) {
     return;
   }
   // Tile by tile through the swap buffers: the same arithmetic as the step above.
-  swap_->for_each_tile([&](optim::Tile t, const at::Tensor& master, const std::vector<at::Tensor>& states) {
-    optimizer_->step_tile_with(master, grads.narrow(0, t.offset, t.length), states, params, t);
-    copy_into_parameters(t, master);
+  swap_->for_each_tile([&](optim::Tile t, const TileViews& v) {
+    optimizer_->step_tile_with(v.master, stream_ ? v.gradients : grads.narrow(0, t.offset, t.length), v.states, params,
+                               t);
+    copy_into_parameters(t, v.master);
   });
+}
+
+void Partition::for_each_bucket_in(optim::Tile t, const std::function<void(int, int64_t, int64_t)>& fn) const {
+  const auto& buckets = flat_.layout().buckets();
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const int64_t begin = std::max(t.offset, buckets[i].owned_offset);
+    const int64_t end = std::min(t.offset + t.length, buckets[i].owned_offset + buckets[i].shard);
+    if (begin < end) fn(static_cast<int>(i), begin, end);
+  }
 }
 
 void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_tile) {
   const auto& buckets = flat_.layout().buckets();
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const int b = static_cast<int>(i);
-    const int64_t begin = std::max(t.offset, buckets[i].owned_offset);
-    const int64_t end = std::min(t.offset + t.length, buckets[i].owned_offset + buckets[i].shard);
-    if (begin >= end) continue;
+  for_each_bucket_in(t, [&](int b, int64_t begin, int64_t end) {
+    const size_t i = static_cast<size_t>(b);
     const at::Tensor source = master_tile.narrow(0, begin - t.offset, end - begin);
     const int64_t at = begin - buckets[i].owned_offset;
     if (stage3_ && !stage3_->is_root(b)) {  // as sync_parameters does with the whole master
@@ -223,10 +263,10 @@ void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_til
           pending_shard_ = at::Tensor();
         }
       }
-      if (flat_.released(b) || stage3_->buffer_views_shard(b)) continue;
+      if (flat_.released(b) || stage3_->buffer_views_shard(b)) return;
     }
     flat_.shard(flat_.buffer(b), b, owner_rank_).narrow(0, at, end - begin).copy_(source);
-  }
+  });
 }
 
 // At most allgather_bucket_size elements per collective: a piece takes the same columns of every

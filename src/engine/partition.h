@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "engine/flat_params.h"
+#include "engine/gradient_stream.h"
+#include "engine/gradient_strategy.h"
 #include "engine/optimizer_swap.h"
 #include "optim/flat_optimizer.h"
 #include "zero/communicator.h"
@@ -42,13 +44,15 @@ class Partition {
  public:
   // `owner_rank`: which shard of every bucket this rank owns (0 with one partition: all of it).
   // `accumulate_gradients`: stages 2/3 keep an fp32 accumulator of the owned gradients here.
-  // `swap`: the master and the optimizer states go to NVMe (offload_optimizer.device "nvme").
+  // `swap`: the master and the optimizer states go to NVMe (offload_optimizer.device "nvme"), and
+  // with them the accumulated gradients.
   Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
             int64_t allgather_bucket_size, std::optional<SwapOptions> swap = std::nullopt);
   ~Partition();
 
   // Once the parameters are final (after stage 3 took its shards, `stage3` null below stage 3):
-  // the fp32 master from the owned parameter shards.
+  // the fp32 master from the owned parameter shards (on NVMe: written by make_optimizer, tile by
+  // tile, never whole in memory).
   void make_master(Stage3* stage3);
   // Then the optimizer over it: DeepSpeed's sub_group_size tiles, parameter groups' decay.
   void make_optimizer(const OptimizerConfig& config, const std::vector<ParamGroup>& groups, int64_t sub_group_size,
@@ -56,7 +60,9 @@ class Partition {
 
   int owner_rank() const { return owner_rank_; }
   const StateHomes& homes() const { return homes_; }
-  // Stages 2/3: the reducer's destination (fp32, owned_numel); undefined below.
+  // Stages 2/3: the reducer's destination: an fp32 accumulator of owned_numel elements, or the
+  // swap file (GradientStream) when the optimizer is on NVMe. Empty below stage 2.
+  GradientHome gradient_home();
   const at::Tensor& gradient_accumulator() const { return gradients_; }
   const at::Tensor& master() const { return master_; }
   at::Tensor master(int b) const;  // bucket b's owned slice of it
@@ -73,8 +79,8 @@ class Partition {
   // The owned shards in the model's dtype: the master rounded (checkpoints of 16-bit models).
   at::Tensor parameters16() const;
 
-  // The local sum of squares of `grads` (owned, fp32), tile by tile; not finite exactly when some
-  // gradient is not.
+  // The local sum of squares of `grads` (owned, fp32), bucket shard by bucket shard; not finite
+  // exactly when some gradient is not. `grads` undefined: those on NVMe.
   double sum_of_squares(const at::Tensor& grads) const;
   void step(const at::Tensor& grads, const optim::StepParams& params);
   // The master into the parameters: each owned shard in the model's dtype, then every rank's
@@ -89,7 +95,11 @@ class Partition {
   int64_t master_bytes() const;  // what MemoryReport::master_weights counts
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
   bool swapped() const { return swap_ != nullptr; }
-  int64_t swap_buffer_bytes() const { return swap_ ? swap_->buffer_bytes() : 0; }
+  int64_t swap_buffer_bytes() const {
+    return (swap_ ? swap_->buffer_bytes() : 0) + (stream_ ? stream_->buffer_bytes() : 0);
+  }
+  int64_t swap_bytes_read() const { return swap_ ? swap_->bytes_read() : 0; }
+  int64_t swap_bytes_written() const { return swap_ ? swap_->bytes_written() : 0; }
   int64_t swap_file_bytes() const { return swap_ ? swap_->file_bytes() : 0; }
   // Why the swap file is not O_DIRECT (a filesystem that refuses it), or empty.
   std::string swap_warning() const { return swap_ ? swap_->warning() : std::string(); }
@@ -97,6 +107,9 @@ class Partition {
 
  private:
   void gather_bucket(int b);  // all-gather at most allgather_bucket_size elements per collective
+  at::Tensor owned_parameters(int b) const;  // this rank's shard of bucket b's parameters
+  // fn(bucket, begin, end) for each bucket's part [begin, end) of tile t (owned offsets).
+  void for_each_bucket_in(optim::Tile t, const std::function<void(int, int64_t, int64_t)>& fn) const;
   // NVMe: an updated master tile into the parameters this rank owns (sync_parameters then only
   // gathers).
   void copy_into_parameters(optim::Tile t, const at::Tensor& master_tile);
@@ -114,6 +127,8 @@ class Partition {
   std::vector<optim::Tile> tiles_;  // the step's slices of the owned buffer (sub_group_size)
   std::optional<SwapOptions> swap_options_;
   std::unique_ptr<OptimizerSwap> swap_;
+  bool gradients_on_nvme_ = false;
+  std::unique_ptr<GradientStream> stream_;  // the gradients into swap_ (created with it)
   // Stage-3 shards on NVMe: the shard being filled tile by tile, written once when complete (a
   // tile's piece alone would cost a read and a write of the whole shard).
   int pending_bucket_ = -1;

@@ -7,11 +7,12 @@
 namespace zero::engine {
 
 StreamedGradients::StreamedGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options,
-                                     ReductionLauncher& launcher, at::Tensor accumulator)
+                                     ReductionLauncher& launcher, GradientHome home)
     : GradientStrategy(flat, comm, options),
       launcher_(launcher),
-      accumulator_(accumulator.defined() ? std::move(accumulator)
-                                         : at::zeros({flat.layout().owned_numel()}, at::kFloat)),
+      accumulator_(home.memory.defined() || home.put ? std::move(home.memory)
+                                                     : at::zeros({flat.layout().owned_numel()}, at::kFloat)),
+      put_(std::move(home.put)),
       arrived_(flat.params().size(), 0),
       staged_(flat.layout().buckets().size()),
       staged_whole_(flat.layout().buckets().size()) {}
@@ -77,12 +78,16 @@ PendingReduction StreamedGradients::launch(int b) {
   at::Tensor wire = to_wire(staged_[static_cast<size_t>(b)]);
   at::Tensor shard = flat_.shard(wire, b, rank_);
   const auto& bucket = flat_.layout().buckets()[static_cast<size_t>(b)];
-  at::Tensor accumulated = accumulator_.narrow(0, bucket.owned_offset, bucket.shard);
+  at::Tensor accumulated = put_ ? at::Tensor() : accumulator_.narrow(0, bucket.owned_offset, bucket.shard);
   // The first reduction since zero() replaces the accumulator's stale contents; an fp32 one is
   // reduce-scattered straight into it (no copy out of the bucket, no add).
-  const bool direct = first_since_zero_ && options_.reduce_scatter && wire.scalar_type() == at::kFloat;
-  auto finish = [this, b, wire, shard, accumulated, direct, first = first_since_zero_] {
-    if (!direct) first ? accumulated.copy_(shard) : accumulated.add_(shard);
+  const bool direct = !put_ && first_since_zero_ && options_.reduce_scatter && wire.scalar_type() == at::kFloat;
+  auto finish = [this, b, wire, shard, accumulated, direct, first = first_since_zero_, offset = bucket.owned_offset] {
+    if (put_) {
+      put_(offset, shard, first);
+    } else if (!direct) {
+      first ? accumulated.copy_(shard) : accumulated.add_(shard);
+    }
     release_bucket(b);
   };
   if (direct) return {comm_.reduce_scatter(wire, accumulated, ReduceOp::kSum, collective()), std::move(finish)};
@@ -96,7 +101,12 @@ void StreamedGradients::end_backward() { stale_ = false; }
 
 at::Tensor StreamedGradients::owned_gradients() {
   if (stale_) {  // nothing reduced since zero()
-    accumulator_.zero_();
+    if (put_) {
+      for (const auto& bucket : flat_.layout().buckets())
+        put_(bucket.owned_offset, at::zeros({bucket.shard}, at::kFloat), true);
+    } else {
+      accumulator_.zero_();
+    }
     stale_ = false;
   }
   return accumulator_;
@@ -104,6 +114,8 @@ at::Tensor StreamedGradients::owned_gradients() {
 
 void StreamedGradients::zero() { stale_ = true; }  // the next reduction overwrites it: no pass here
 
-int64_t StreamedGradients::gradient_bytes() const { return static_cast<int64_t>(accumulator_.nbytes()); }
+int64_t StreamedGradients::gradient_bytes() const {
+  return accumulator_.defined() ? static_cast<int64_t>(accumulator_.nbytes()) : 0;
+}
 
 }  // namespace zero::engine

@@ -14,10 +14,9 @@ namespace zero::engine {
 class StreamedGradients : public GradientStrategy {
  public:
   // `launcher`: the pool waits on its oldest reduction rather than grow past two buffers.
-  // `accumulator`: where the owned gradients accumulate (the partition's, fp32, owned_numel);
-  // undefined: one of its own.
+  // `home`: where the owned gradients accumulate (the partition's).
   StreamedGradients(FlatParams& flat, Communicator& comm, const ReducerOptions& options, ReductionLauncher& launcher,
-                    at::Tensor accumulator);
+                    GradientHome home);
   void begin_backward(bool reduce) override;
   void on_gradient(int param) override;
   void fill_missing(int bucket) override;
@@ -32,7 +31,8 @@ class StreamedGradients : public GradientStrategy {
   at::Tensor acquire_bucket(int b);
   void release_bucket(int b);
   ReductionLauncher& launcher_;
-  at::Tensor accumulator_;  // owned shards, fp32 (the partition's)
+  at::Tensor accumulator_;  // owned shards, fp32 (the partition's); undefined when put_ takes them
+  std::function<void(int64_t, const at::Tensor&, bool)> put_;
   // zero() was called and no reduction has landed since: the accumulator's contents are garbage
   // that the next reducing micro-step overwrites (first_since_zero_: this one does).
   bool stale_ = false, first_since_zero_ = false;

@@ -139,21 +139,30 @@ TEST(OffloadNvme, TheOptimizerOnNvmeIsTheInMemoryRunBitForBit) {
 TEST(OffloadNvme, WhatStaysInMemoryIsThePool) {
   SwapDir dir;
   const int64_t sub_group = 96, buffers = 3;
-  const std::string json = on_nvme(with_tiles(engine_test::config_json(2, 1, false), sub_group), dir.path.string(), true, buffers);
-  engine_test::OneStep s = engine_test::one_step(json, test_world());
-  const zero::MemoryReport r = s.engine->memory_report();
-  // Computed here from the layout: tiles of 96 elements of this rank's owned buffer; a tile's
-  // region is its master and Adam's two moments, each padded to 4096 bytes.
-  const int64_t owned = engine_test::mlp_layout(test_world().size()).owned_numel();
-  auto region = [](int64_t elements) { return 3 * ((elements * 4 + 4095) / 4096 * 4096); };
-  int64_t file = 0, tiles = 0;
-  for (int64_t o = 0; o < owned; o += sub_group, ++tiles) file += region(std::min(sub_group, owned - o));
-  EXPECT_EQ(r.master_weights, 0);
-  EXPECT_EQ(r.optimizer_state, 0);
-  EXPECT_EQ(r.swap_buffers, std::min(buffers, tiles) * region(std::min(sub_group, owned)));
-  EXPECT_EQ(r.on_nvme, file);
-  s.engine.reset();
-  EXPECT_EQ(dir.leftovers(), 0) << "the swap folder outlived the engine";
+  for (int stage : {1, 2}) {
+    const std::string json =
+        on_nvme(with_tiles(engine_test::config_json(stage, 1, false), sub_group), dir.path.string(), true, buffers);
+    engine_test::OneStep s = engine_test::one_step(json, test_world());
+    const zero::MemoryReport r = s.engine->memory_report();
+    // Computed here from the layout: tiles of 96 elements of this rank's owned buffer; a tile's
+    // region is its master and Adam's two moments, and at stage 2 its gradients, each padded to
+    // 4096 bytes. Stage 2 streams the gradients into the file through two chunks and a bounce
+    // buffer of one tile's segment each (4096 bytes here); stage 1 keeps them in its buckets.
+    const int64_t owned = engine_test::mlp_layout(test_world().size()).owned_numel();
+    const int segments = stage == 2 ? 4 : 3;
+    auto region = [&](int64_t elements) { return segments * ((elements * 4 + 4095) / 4096 * 4096); };
+    int64_t file = 0, tiles = 0;
+    for (int64_t o = 0; o < owned; o += sub_group, ++tiles) file += region(std::min(sub_group, owned - o));
+    const std::string label = "stage " + std::to_string(stage);
+    EXPECT_EQ(r.master_weights, 0) << label;
+    EXPECT_EQ(r.optimizer_state, 0) << label;
+    if (stage == 2) EXPECT_EQ(r.gradients, 0) << label;
+    EXPECT_EQ(r.swap_buffers, std::min(buffers, tiles) * region(std::min(sub_group, owned)) + (stage == 2 ? 3 * 4096 : 0))
+        << label;
+    EXPECT_EQ(r.on_nvme, file) << label;
+    s.engine.reset();
+    EXPECT_EQ(dir.leftovers(), 0) << "the swap folder outlived the engine";
+  }
 }
 
 TEST(OffloadNvme, BadPathsAndLambAreErrorsByName) {
