@@ -45,7 +45,8 @@ namespace zero {
 // Bytes this rank holds for model state, by category (padding included in each).
 struct MemoryReport {
   int64_t parameters = 0;        // 16- or 32-bit parameters: whole (stages 0-2); stage 3: shards,
-                                 // the root unit, and any unit gathered right now
+                                 // the root unit, any unit gathered right now, and
+                                 // the spare gather buffers kept for the next gathers
   int64_t gradients = 0;         // stage 0/1: whole, model dtype; stage 2: owned shards, fp32
   int64_t master_weights = 0;    // fp32 master of the owned shards
   int64_t optimizer_state = 0;   // e.g. Adam's m and v for the owned shards

@@ -370,11 +370,11 @@ const std::vector<std::string>& Engine::warnings() const { return state_->warnin
 MemoryReport Engine::memory_report() const {
   const State& s = *state_;
   MemoryReport r;
-  r.parameters = s.flat->bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
+  r.parameters = s.flat->bytes() + s.flat->spare_bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
   r.gradients = s.reducer->gradient_bytes();
   r.master_weights = s.partition->master_bytes();
   r.optimizer_state = s.partition->state_bytes();
-  r.swap_buffers = s.partition->swap_buffer_bytes();
+  r.swap_buffers = s.partition->swap_buffer_bytes() + (s.stage3 ? s.stage3->shard_spare_bytes() : 0);
   r.on_nvme = s.partition->swap_file_bytes() + (s.stage3 ? s.stage3->shard_file_bytes() : 0);
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();

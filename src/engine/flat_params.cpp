@@ -1,5 +1,7 @@
 #include "engine/flat_params.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>
@@ -59,7 +61,8 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
               layout_order(params_.size(), groups), groups),
       dtype_(params_[0].scalar_type()),
       released_(layout_.buckets().size(), false),
-      aliased_(layout_.buckets().size(), false) {
+      aliased_(layout_.buckets().size(), false),
+      capacity_(layout_.buckets().size(), 0) {
   at::NoGradGuard no_grad;
   // Without groups no bucket is ever released on its own: all share one allocation, back to back.
   if (groups.empty()) whole_ = at::zeros({layout_.padded_numel()}, at::TensorOptions().dtype(dtype_));
@@ -74,6 +77,7 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
     } else if (whole_.defined()) {
       buffers_.push_back(whole_.narrow(0, start, bucket.padded));
     } else {
+      // (capacity_ stays 0: the first release frees these; only gathers' memory is kept.)
       buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
     }
     start += bucket.padded;
@@ -115,6 +119,12 @@ at::Tensor FlatParams::view_of(const at::Tensor& bucket_buffer, int p) const {
   return bucket_buffer.narrow(0, s.offset, s.numel).view(params_[static_cast<size_t>(p)].sizes());
 }
 
+int64_t FlatParams::spare_bytes() const {
+  int64_t total = 0;
+  for (const Spare& s : spares_) total += static_cast<int64_t>(s.capacity);
+  return total;
+}
+
 int64_t FlatParams::bytes() const {
   int64_t total = 0;
   for (size_t b = 0; b < buffers_.size(); ++b) {
@@ -130,17 +140,35 @@ void FlatParams::release(int b) {
   if (!aliased_[static_cast<size_t>(b)]) {
     poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // a stale reader of these bytes sees NaN
   }
+  const bool owned = !aliased_[static_cast<size_t>(b)];
   aliased_[static_cast<size_t>(b)] = false;
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
+  c10::DataPtr memory = storage->set_data_ptr(c10::GetCPUAllocator()->allocate(0));
   storage->set_nbytes(0);
   released_[static_cast<size_t>(b)] = true;
+  // Keep the largest spares: a smaller one could not serve every bucket.
+  if (owned && memory.get() != nullptr && capacity_[static_cast<size_t>(b)] > 0) {
+    spares_.push_back({capacity_[static_cast<size_t>(b)], std::move(memory)});
+    std::sort(spares_.begin(), spares_.end(), [](const Spare& x, const Spare& y) { return x.capacity > y.capacity; });
+    if (spares_.size() > kSpareBuffers) spares_.pop_back();
+  }
 }
 
 void FlatParams::materialize(int b) {
   const size_t bytes = buffers_[static_cast<size_t>(b)].nbytes();
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
+  // The smallest spare that holds it, else new memory.
+  auto fit = spares_.end();
+  for (auto it = spares_.begin(); it != spares_.end(); ++it)
+    if (it->capacity >= bytes) fit = it;
+  if (fit != spares_.end()) {
+    capacity_[static_cast<size_t>(b)] = fit->capacity;
+    storage->set_data_ptr_noswap(std::move(fit->memory));
+    spares_.erase(fit);
+  } else {
+    capacity_[static_cast<size_t>(b)] = bytes;
+    storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
+  }
   storage->set_nbytes(bytes);
   released_[static_cast<size_t>(b)] = false;
   poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // what the gather does not write stays NaN

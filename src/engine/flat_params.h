@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
 
 #include <limits>
 #include <vector>
@@ -39,8 +40,15 @@ class FlatParams {
 
   // Stage 3: frees bucket b's bytes (the parameter tensors stay, pointing at no memory), and
   // allocates them again (contents undefined until written, e.g. by an all-gather).
+  //
+  // Released bytes are kept as spares (at most kSpareBuffers) that the next materialize reuses:
+  // freed to malloc, a unit's buffer would be carved up by the small activations allocated
+  // after it and the next unit's buffer would come from fresh memory — measured on an 85 M GPT
+  // at stage 3, resident memory grew by a whole unit per unit during forward (+440 MB where
+  // 110 MB of activations were live).
   void release(int b);
   void materialize(int b);
+  int64_t spare_bytes() const;
   bool released(int b) const { return released_[static_cast<size_t>(b)]; }
   // As materialize, but bucket b's bytes are `memory`'s (same byte size, kept alive by its
   // owner): one partition's "gather" of a shard that is the whole bucket. Not counted in bytes().
@@ -61,6 +69,13 @@ class FlatParams {
   std::vector<at::Tensor> buffers_;
   std::vector<bool> released_;
   std::vector<bool> aliased_;  // materialize_as: the bytes belong to someone else
+  std::vector<size_t> capacity_;  // per bucket: the bytes its memory holds (a spare may be larger)
+  struct Spare {
+    size_t capacity;
+    c10::DataPtr memory;
+  };
+  std::vector<Spare> spares_;
+  static constexpr size_t kSpareBuffers = 2;
   void check_adopted(const at::Tensor& buffer, int b) const;
 };
 

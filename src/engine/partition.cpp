@@ -252,15 +252,11 @@ void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_til
         stage3_->write_shard(b, at, source);
       } else {
         // Tiles come in order and cover the owned buffer: the shard completes at its last piece.
-        if (pending_bucket_ != b) {
-          pending_bucket_ = b;
-          pending_shard_ = at::empty({buckets[i].shard}, flat_.dtype());
-        }
+        // (One buffer for every shard, kept: the step would otherwise allocate a shard per unit.)
+        if (pending_shard_.numel() < buckets[i].shard) pending_shard_ = at::empty({buckets[i].shard}, flat_.dtype());
         pending_shard_.narrow(0, at, end - begin).copy_(source);
         if (end == buckets[i].owned_offset + buckets[i].shard) {
-          stage3_->write_shard(b, 0, pending_shard_);
-          pending_bucket_ = -1;
-          pending_shard_ = at::Tensor();
+          stage3_->write_shard(b, 0, pending_shard_.narrow(0, 0, buckets[i].shard));
         }
       }
       if (flat_.released(b) || stage3_->buffer_views_shard(b)) return;

@@ -96,7 +96,8 @@ class Partition {
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
   bool swapped() const { return swap_ != nullptr; }
   int64_t swap_buffer_bytes() const {
-    return (swap_ ? swap_->buffer_bytes() : 0) + (stream_ ? stream_->buffer_bytes() : 0);
+    return (swap_ ? swap_->buffer_bytes() : 0) + (stream_ ? stream_->buffer_bytes() : 0) +
+           static_cast<int64_t>(pending_shard_.defined() ? pending_shard_.nbytes() : 0);
   }
   int64_t swap_bytes_read() const { return swap_ ? swap_->bytes_read() : 0; }
   int64_t swap_bytes_written() const { return swap_ ? swap_->bytes_written() : 0; }
@@ -131,7 +132,6 @@ class Partition {
   std::unique_ptr<GradientStream> stream_;  // the gradients into swap_ (created with it)
   // Stage-3 shards on NVMe: the shard being filled tile by tile, written once when complete (a
   // tile's piece alone would cost a read and a write of the whole shard).
-  int pending_bucket_ = -1;
   at::Tensor pending_shard_;
 };
 

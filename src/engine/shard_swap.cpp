@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "zero/error.h"
 
@@ -11,24 +12,35 @@ namespace zero::engine {
 namespace {
 
 int64_t aligned(int64_t bytes) { return (bytes + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment; }
-
-// Aligned memory owned by the tensor that views it.
-at::Tensor aligned_tensor(int64_t numel, at::ScalarType dtype) {
-  void* data = nullptr;
-  const int64_t bytes = aligned(numel * static_cast<int64_t>(c10::elementSize(dtype)));
-  if (posix_memalign(&data, offload::kIoAlignment, static_cast<size_t>(std::max<int64_t>(bytes, offload::kIoAlignment))) != 0)
-    throw Error("cannot allocate an aligned buffer for a parameter shard");
-  return at::from_blob(data, {numel}, [](void* p) { std::free(p); }, at::TensorOptions().dtype(dtype));
-}
+constexpr size_t kSpareBuffers = 2;
 
 }  // namespace
 
-ShardSwap::ShardSwap(const SwapOptions& options, const std::vector<int64_t>& shard_bytes) {
+struct ShardSwap::Pool {
+  int64_t buffer_bytes = offload::kIoAlignment;
+  std::mutex mutex;  // a tensor may go on any thread
+  std::vector<void*> spare;
+  ~Pool() {
+    for (void* p : spare) std::free(p);
+  }
+  void give_back(void* p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (spare.size() < kSpareBuffers) {
+      spare.push_back(p);
+    } else {
+      std::free(p);
+    }
+  }
+};
+
+ShardSwap::ShardSwap(const SwapOptions& options, const std::vector<int64_t>& shard_bytes)
+    : pool_(std::make_shared<Pool>()) {
   int64_t size = 0;
   for (int64_t b : shard_bytes) {
     offsets_.push_back(size);
     bytes_.push_back(aligned(b));
     size += aligned(b);
+    pool_->buffer_bytes = std::max(pool_->buffer_bytes, aligned(b));
   }
   offload::check_swap_dir(options.dir, size, "zero_optimization.offload_param.nvme_path");
   folder_ = std::make_unique<offload::SwapFolder>(options.dir, options.rank);
@@ -36,16 +48,38 @@ ShardSwap::ShardSwap(const SwapOptions& options, const std::vector<int64_t>& sha
                                               std::max<int64_t>(size, offload::kIoAlignment), options.aio);
 }
 
+at::Tensor ShardSwap::buffer(int64_t numel, at::ScalarType dtype) {
+  void* data = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool_->mutex);
+    if (!pool_->spare.empty()) {
+      data = pool_->spare.back();
+      pool_->spare.pop_back();
+    }
+  }
+  if (data == nullptr &&
+      posix_memalign(&data, offload::kIoAlignment, static_cast<size_t>(pool_->buffer_bytes)) != 0) {
+    throw Error("cannot allocate an aligned buffer for a parameter shard");
+  }
+  return at::from_blob(
+      data, {numel}, [pool = pool_](void* p) { pool->give_back(p); }, at::TensorOptions().dtype(dtype));
+}
+
 void ShardSwap::write(int b, const at::Tensor& values, at::ScalarType dtype) {
-  at::Tensor staging = aligned_tensor(values.numel(), dtype);
+  at::Tensor staging = buffer(values.numel(), dtype);
   staging.copy_(values.reshape(-1));
   file_->wait(file_->write(offsets_[static_cast<size_t>(b)], staging.data_ptr(), bytes_[static_cast<size_t>(b)]));
 }
 
 at::Tensor ShardSwap::read(int b, int64_t numel, at::ScalarType dtype) {
-  at::Tensor out = aligned_tensor(numel, dtype);
+  at::Tensor out = buffer(numel, dtype);
   file_->wait(file_->read(offsets_[static_cast<size_t>(b)], out.data_ptr(), bytes_[static_cast<size_t>(b)]));
   return out;
+}
+
+int64_t ShardSwap::spare_bytes() const {
+  std::lock_guard<std::mutex> lock(pool_->mutex);
+  return static_cast<int64_t>(pool_->spare.size()) * pool_->buffer_bytes;
 }
 
 }  // namespace zero::engine
