@@ -60,6 +60,13 @@ struct MemoryReport {
   int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers; }
 };
 
+// NVMe offload (ZeRO-Infinity): bytes moved between host memory and this rank's swap files since
+// the engine was built, the initial writes included.
+struct SwapTraffic {
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+};
+
 // Parameters with their own weight decay (DeepSpeed's optimizer parameter groups), e.g. biases and
 // norms with none. Parameters in no group use optimizer.params.weight_decay.
 struct ParamGroup {
@@ -165,6 +172,7 @@ class Engine {
   double get_global_grad_norm() const;             // unscaled, before clipping, of the last step
   double loss_scale() const;                       // 1 without fp16
   MemoryReport memory_report() const;
+  SwapTraffic swap_traffic() const;
   // Collective calls, bytes and time of this engine's communicator since construction.
   const CommStats& comm_stats() const;
   const Config& config() const;

@@ -17,12 +17,18 @@
 // those of a single process; the engine compares a checksum of each unit across ranks and fails,
 // naming the unit and the ranks, when they differ (e.g. seeded differently).
 //
+// With offload_param.device "nvme" each unit's shard is written to a file under nvme_path as soon
+// as the unit is built, so that building never holds every shard in memory (ZeRO-Infinity's
+// zero.Init with remote_device "nvme"); the engine moves them into its own swap file one at a time.
+//
 // Inside the scope the units' parameters are cast to the training dtype (bf16/fp16 from the
 // config), and those at or under stage3_param_persistence_threshold stay whole, as the engine
 // would decide. The model must be handed to an Engine with the same config and world; reading
 // or writing the partitioned weights before that goes through the engine (gather_parameters,
 // gathered_parameters). Outside stage 3 an Init does nothing.
 #pragma once
+
+#include <memory>
 
 #include "zero/config.h"
 #include "zero/world.h"
@@ -42,6 +48,7 @@ class Init {
   const Config& config_;
   World& world_;
   int64_t persisted_ = 0;  // elements kept whole so far (stage3_model_persistence_threshold)
+  std::shared_ptr<struct InitSpill> spill_;  // offload_param "nvme": where the shards go
 };
 
 }  // namespace zero

@@ -31,7 +31,11 @@ class UnitBase;
 // engine adopts it instead of flattening whole parameters.
 struct PartitionedUnit {
   at::Tensor buffer;               // the unit's flat bucket, padded; its bytes are freed
-  at::Tensor shard;                // this rank's shard of the bucket
+  at::Tensor shard;                // this rank's shard of the bucket (undefined when spilled)
+  // With offload_param.device "nvme", zero::Init writes the shard to a file of its own as soon as
+  // the unit is built and leaves `shard` undefined: this reads it back (the file goes with the
+  // last copy of this function).
+  std::function<at::Tensor()> spilled;
   std::vector<at::Tensor> params;  // the parameters in the bucket, in bucket order
   uint64_t checksum = 0;           // of the whole bucket's values (the engine compares ranks)
   int world_size = 0;

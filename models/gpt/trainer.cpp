@@ -167,6 +167,12 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
 
   Config config = load_config(options, world, shape);
+  // State on NVMe: resident memory is the point, so large blocks are returned when freed
+  // (include/zero/allocator.h; zero-train otherwise keeps freed memory for speed).
+  if (config.zero.offload_optimizer.device == OffloadDevice::kNvme ||
+      config.zero.offload_param.device == OffloadDevice::kNvme) {
+    return_large_blocks();
+  }
   torch::manual_seed(static_cast<uint64_t>(options.seed));
   // Stage 3 with random weights: built partitioned, never whole on a rank (zero::Init; a no-op
   // at other stages). Weights from an llm.c file are read into a whole model first.
@@ -218,6 +224,11 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     report.line(fmt::format("zero-train: saved {}/{}", options.save_dir, result.saved.back()));
   };
   SignalScope signals(options.stop_on_signal);
+  // NVMe traffic and time per step, from the second step on (the first also records stage 3's
+  // order and touches fresh memory); of the only step when there is one.
+  SwapTraffic swap_before = engine.swap_traffic();
+  double step_seconds = 0;
+  int64_t timed_steps = 0;
   for (int64_t step = start_step; step < options.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
@@ -243,6 +254,12 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
                 static_cast<double>(config.train_batch_size * seq) / seconds,
                 seconds * 1e3};
     result.steps.push_back(log);
+    if (step == start_step && options.steps - start_step > 1) {
+      swap_before = engine.swap_traffic();
+    } else {
+      step_seconds += seconds;
+      ++timed_steps;
+    }
     const bool last = step + 1 == options.steps;
     if ((step + 1) % options.print_every == 0 || last || step == 0) {
       report.line(fmt::format("step {:5d}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f}{} | {:.0f} tok/s | {:.1f} ms",
@@ -278,9 +295,19 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     at::Tensor rss = torch::full({1}, static_cast<double>(usage.ru_maxrss), torch::kDouble);
-    world.communicator().all_reduce(rss, ReduceOp::kMax, {.async = false});
-    report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank), model state {} bytes on rank 0",
-                            static_cast<int64_t>(rss.item<double>()), engine.memory_report().total()));
+    at::Tensor each = torch::zeros({world.size()}, torch::kDouble);
+    world.communicator().all_gather(rss, each, {.async = false});
+    std::string per_rank;
+    for (int r = 0; r < world.size(); ++r) per_rank += (r ? " " : "") + std::to_string(each[r].item<int64_t>());
+    report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank; per rank: {}), model state {} bytes on rank 0",
+                            each.max().item<int64_t>(), per_rank, engine.memory_report().total()));
+    const SwapTraffic swap = engine.swap_traffic();
+    if (swap.bytes_read + swap.bytes_written > 0 && timed_steps > 0) {
+      report.line(fmt::format(
+          "zero-train: NVMe per step on rank 0: read {} bytes, written {} bytes; mean step {:.3f} s ({} steps)",
+          (swap.bytes_read - swap_before.bytes_read) / timed_steps,
+          (swap.bytes_written - swap_before.bytes_written) / timed_steps, step_seconds / timed_steps, timed_steps));
+    }
   }
   const OpStats gathers = engine.comm_stats().total(CollectiveOp::kAllGather);
   result.all_gather_calls = gathers.calls;

@@ -367,6 +367,12 @@ const CommStats& Engine::comm_stats() const { return *state_->stats; }
 const Config& Engine::config() const { return state_->config; }
 const std::vector<std::string>& Engine::warnings() const { return state_->warnings; }
 
+SwapTraffic Engine::swap_traffic() const {
+  const State& s = *state_;
+  return {.bytes_read = s.partition->swap_bytes_read() + (s.stage3 ? s.stage3->shard_bytes_read() : 0),
+          .bytes_written = s.partition->swap_bytes_written() + (s.stage3 ? s.stage3->shard_bytes_written() : 0)};
+}
+
 MemoryReport Engine::memory_report() const {
   const State& s = *state_;
   MemoryReport r;

@@ -5,12 +5,16 @@
 #include <c10/core/CPUAllocator.h>
 #include <xxhash.h>
 
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_set>
 
 #include "engine/flat_params.h"
 #include "engine/partitioned_init.h"
 #include "layout/bucket_layout.h"
+#include "offload/swap_file.h"
+#include "zero/allocator.h"
 #include "zero/error.h"
 #include "zero/unit.h"
 
@@ -35,6 +39,47 @@ at::Tensor released_buffer(at::ScalarType dtype, int64_t numel, const std::vecto
   }
   storage.unsafeGetStorageImpl()->set_nbytes(0);
   return buffer;
+}
+
+}  // namespace
+
+// offload_param.device "nvme": the folder the units' shards are spilled to while the model is
+// built, and how.
+struct InitSpill {
+  std::shared_ptr<offload::SwapFolder> folder;
+  offload::AioOptions aio;
+  int files = 0;
+};
+
+namespace {
+
+// One spilled shard: its file, removed before its folder (members go in reverse order).
+struct SpilledShard {
+  std::shared_ptr<offload::SwapFolder> folder;
+  std::unique_ptr<offload::SwapFile> file;
+  int64_t numel = 0, aligned_bytes = 0;
+  at::ScalarType dtype = at::kFloat;
+};
+
+int64_t aligned(int64_t bytes) { return (bytes + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment; }
+
+// `shard` lies in `pages` (an aligned buffer of its own).
+std::function<at::Tensor()> spill(InitSpill& spill, const at::Tensor& shard, const offload::AlignedBuffer& pages) {
+  auto s = std::make_shared<SpilledShard>();
+  s->folder = spill.folder;
+  s->numel = shard.numel();
+  s->dtype = shard.scalar_type();
+  s->aligned_bytes = std::max(offload::kIoAlignment, aligned(static_cast<int64_t>(shard.nbytes())));
+  s->file = std::make_unique<offload::SwapFile>(spill.folder->path() + "/init-unit" + std::to_string(spill.files++) + ".swap",
+                                                s->aligned_bytes, spill.aio);
+  s->file->wait(s->file->write(0, pages.data(), s->aligned_bytes));
+  return [s] {
+    offload::AlignedBuffer staging(s->aligned_bytes);
+    s->file->wait(s->file->read(0, staging.data(), s->aligned_bytes));
+    at::Tensor out = at::empty({s->numel}, at::TensorOptions().dtype(s->dtype));
+    std::memcpy(out.data_ptr(), staging.data(), out.nbytes());
+    return out;
+  };
 }
 
 }  // namespace
@@ -73,7 +118,14 @@ struct InitAccess {
     const layout::Bucket& bucket = layout.buckets().front();
     PartitionedUnit out;
     out.world_size = world_size;
-    out.shard = at::zeros({bucket.shard}, at::TensorOptions().dtype(dtype));
+    // Spilled: the shard is filled in pages of its own, written, and unmapped.
+    std::optional<offload::AlignedBuffer> pages;
+    if (init.spill_) {
+      pages.emplace(static_cast<int64_t>(bucket.shard * c10::elementSize(dtype)));
+      out.shard = at::from_blob(pages->data(), {bucket.shard}, at::TensorOptions().dtype(dtype));  // zeros
+    } else {
+      out.shard = at::zeros({bucket.shard}, at::TensorOptions().dtype(dtype));
+    }
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
     XXH3_64bits_reset(hash.get());
     std::vector<int64_t> offsets;
@@ -87,15 +139,31 @@ struct InitAccess {
       }
     }
     out.checksum = XXH3_64bits_digest(hash.get());
+    if (init.spill_) {
+      out.spilled = spill(*init.spill_, out.shard, *pages);
+      out.shard = at::Tensor();
+    }
     out.buffer = released_buffer(dtype, bucket.padded, sharded, offsets);
     out.params = std::move(sharded);
     unit.set_partitioned(std::move(out));
+    // The unit's whole parameters are gone: their pages go back before the next unit is built
+    // (small objects that outlive them would otherwise pin the holes they leave).
+    release_freed_memory();
   }
 };
 
 Init::Init(const Config& config, World& world) : config_(config), world_(world) {
   if (active != nullptr) throw Error("zero::Init scopes do not nest", "zero::Init", world.rank());
   if (config.zero.stage == 3) active = this;
+  const OffloadParamConfig& param = config.zero.offload_param;
+  if (config.zero.stage == 3 && param.device == OffloadDevice::kNvme) {
+    offload::check_swap_dir(param.nvme_path, 0, "zero_optimization.offload_param.nvme_path");
+    spill_ = std::make_shared<InitSpill>();
+    spill_->folder = std::make_shared<offload::SwapFolder>(param.nvme_path, world.rank());
+    spill_->aio = {.block_size = config.aio.block_size,
+                   .queue_depth = config.aio.queue_depth,
+                   .single_submit = config.aio.single_submit};
+  }
 }
 
 Init::~Init() {

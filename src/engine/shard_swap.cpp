@@ -21,14 +21,14 @@ struct ShardSwap::Pool {
   std::mutex mutex;  // a tensor may go on any thread
   std::vector<void*> spare;
   ~Pool() {
-    for (void* p : spare) std::free(p);
+    for (void* p : spare) offload::unmap_pages(p, buffer_bytes);
   }
   void give_back(void* p) {
     std::lock_guard<std::mutex> lock(mutex);
     if (spare.size() < kSpareBuffers) {
       spare.push_back(p);
     } else {
-      std::free(p);
+      offload::unmap_pages(p, buffer_bytes);
     }
   }
 };
@@ -57,10 +57,7 @@ at::Tensor ShardSwap::buffer(int64_t numel, at::ScalarType dtype) {
       pool_->spare.pop_back();
     }
   }
-  if (data == nullptr &&
-      posix_memalign(&data, offload::kIoAlignment, static_cast<size_t>(pool_->buffer_bytes)) != 0) {
-    throw Error("cannot allocate an aligned buffer for a parameter shard");
-  }
+  if (data == nullptr) data = offload::map_pages(pool_->buffer_bytes);
   return at::from_blob(
       data, {numel}, [pool = pool_](void* p) { pool->give_back(p); }, at::TensorOptions().dtype(dtype));
 }

@@ -32,6 +32,8 @@ class ShardSwap {
   at::Tensor read(int b, int64_t numel, at::ScalarType dtype);
   int64_t file_bytes() const { return file_->size(); }
   int64_t spare_bytes() const;  // the pool's buffers not in use
+  int64_t bytes_read() const { return file_->bytes_read(); }
+  int64_t bytes_written() const { return file_->bytes_written(); }
 
  private:
   struct Pool;

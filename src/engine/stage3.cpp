@@ -62,7 +62,9 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
     if (root) {
       owned_.emplace_back();
     } else if (flat_.released(static_cast<int>(b))) {  // built under zero::Init: the unit kept its shard
-      owned_.push_back(map_.units[static_cast<size_t>(group)]->partitioned()->shard);
+      // (or spilled it to NVMe: read when it goes into the swap file, one at a time)
+      const PartitionedUnit& p = *map_.units[static_cast<size_t>(group)]->partitioned();
+      owned_.push_back(p.shard.defined() || shard_swap ? p.shard : p.spilled());
     } else {
       owned_.push_back(flat_.shard(flat_.buffer(static_cast<int>(b)), static_cast<int>(b), rank_).clone());
       flat_.release(static_cast<int>(b));
@@ -72,16 +74,19 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
   if (shard_swap) {
     // Every unit's shard goes to NVMe and out of memory (zero::Init's units let go of theirs too).
     std::vector<int64_t> bytes;
-    for (size_t b = 0; b < buckets.size(); ++b) bytes.push_back(root_[b] ? 0 : static_cast<int64_t>(owned_[b].nbytes()));
+    for (size_t b = 0; b < buckets.size(); ++b)
+      bytes.push_back(root_[b] ? 0 : shard_numel_[b] * static_cast<int64_t>(c10::elementSize(flat_.dtype())));
     shard_swap_ = std::make_unique<ShardSwap>(*shard_swap, bytes);
     for (size_t b = 0; b < buckets.size(); ++b) {
       if (root_[b]) continue;
-      shard_swap_->write(static_cast<int>(b), owned_[b], flat_.dtype());
-      owned_[b] = at::Tensor();
       UnitBase& unit = *map_.units[static_cast<size_t>(map_.group_of[static_cast<size_t>(buckets[b].params.front())])];
+      shard_swap_->write(static_cast<int>(b), owned_[b].defined() ? owned_[b] : unit.partitioned()->spilled(),
+                         flat_.dtype());
+      owned_[b] = at::Tensor();
       if (unit.partitioned()) {
         PartitionedUnit p = *unit.partitioned();
         p.shard = at::Tensor();
+        p.spilled = nullptr;  // its file goes
         unit.set_partitioned(std::move(p));
       }
     }

@@ -75,6 +75,8 @@ class Stage3 : public detail::UnitHooks {
   bool shards_swapped() const { return shard_swap_ != nullptr; }
   int64_t shard_file_bytes() const { return shard_swap_ ? shard_swap_->file_bytes() : 0; }
   int64_t shard_spare_bytes() const { return shard_swap_ ? shard_swap_->spare_bytes() : 0; }
+  int64_t shard_bytes_read() const { return shard_swap_ ? shard_swap_->bytes_read() : 0; }
+  int64_t shard_bytes_written() const { return shard_swap_ ? shard_swap_->bytes_written() : 0; }
   // Makes `view` (same size and dtype, holding the same values) unit bucket b's persistent shard,
   // dropping the old one: an fp32 model's shards become views of the master weights.
   void own_view(int b, at::Tensor view);

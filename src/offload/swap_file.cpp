@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -25,22 +26,32 @@ std::string errno_text(int code) { return std::strerror(code); }
 
 }  // namespace
 
-AlignedBuffer::AlignedBuffer(int64_t bytes) : bytes_(bytes) {
-  const int64_t rounded = (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
-  if (posix_memalign(&data_, kIoAlignment, static_cast<size_t>(std::max<int64_t>(rounded, kIoAlignment))) != 0)
-    throw Error("cannot allocate an aligned I/O buffer of " + std::to_string(bytes) + " bytes");
-  std::memset(data_, 0, static_cast<size_t>(rounded));
+void* map_pages(int64_t bytes) {
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw Error("cannot map an aligned I/O buffer of " + std::to_string(bytes) + " bytes");
+  return p;
 }
-AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept : data_(other.data_), bytes_(other.bytes_) {
+
+void unmap_pages(void* p, int64_t bytes) {
+  if (p != nullptr) ::munmap(p, static_cast<size_t>(bytes));
+}
+
+AlignedBuffer::AlignedBuffer(int64_t bytes)
+    : bytes_(bytes), mapped_(std::max(kIoAlignment, (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment)) {
+  data_ = map_pages(mapped_);  // zero-filled by the kernel
+}
+AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
+    : data_(other.data_), bytes_(other.bytes_), mapped_(other.mapped_) {
   other.data_ = nullptr;
-  other.bytes_ = 0;
+  other.bytes_ = other.mapped_ = 0;
 }
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   std::swap(data_, other.data_);
   std::swap(bytes_, other.bytes_);
+  std::swap(mapped_, other.mapped_);
   return *this;
 }
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+AlignedBuffer::~AlignedBuffer() { unmap_pages(data_, mapped_); }
 
 struct SwapFile::Ring {
   io_uring ring{};

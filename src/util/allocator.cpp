@@ -27,6 +27,15 @@ bool keep_freed_memory(std::size_t mmap_threshold, std::size_t trim_threshold) {
 #endif
 }
 
+bool return_large_blocks(std::size_t threshold) {
+#if defined(__GLIBC__)
+  return mallopt(M_MMAP_THRESHOLD, static_cast<int>(threshold)) == 1 && mallopt(M_MMAP_MAX, 1 << 20) == 1;
+#else
+  (void)threshold;
+  return false;
+#endif
+}
+
 bool release_freed_memory() {
 #if defined(__GLIBC__)
   malloc_trim(0);

@@ -2,7 +2,8 @@
 // units (the small transformer): read from the swap file for each gather (prefetched ones too),
 // written by each step. The same 12 losses and weights, bit for bit, as the run in memory, with
 // the optimizer in memory, on the CPU or on NVMe, in fp32 and bf16, at 1-4 ranks; the shards are
-// then out of memory; checkpoints resume between NVMe and memory both ways.
+// then out of memory; built under zero::Init, the units' shards go to files as they are built;
+// checkpoints resume between NVMe and memory both ways.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,10 @@
 #include "dist_test_world.h"
 #include "models/tiny/tiny_transformer.h"
 #include "zero/engine.h"
+#include "zero/init.h"
+#include "zero/unit.h"
+
+#include <optional>
 
 namespace {
 
@@ -18,6 +23,7 @@ struct UnitRun {
   std::vector<double> losses;
   std::vector<at::Tensor> weights;
   zero::MemoryReport memory;
+  int spilled_units = 0;  // built under zero::Init: units whose shard went to a file, not memory
 };
 
 // Steps [first, last) of the run; `load` resumes from a checkpoint there first, `save` writes one
@@ -25,12 +31,11 @@ struct UnitRun {
 struct Checkpointing {
   std::string load, save;
   int save_at = -1, first = 0, last = 12;
+  bool init = false;  // build the model under zero::Init
 };
 
 UnitRun train(const std::string& offload, bool bf16, const Checkpointing& c = {}) {
   zero::models::TinyTransformerOptions o;
-  torch::manual_seed(11);
-  auto model = std::make_shared<zero::models::TinyTransformer>(o);
   const std::string json = std::string(R"({"train_batch_size": 24, "gradient_clipping": 1.0, "bf16": {"enabled": )") +
                            (bf16 ? "true" : "false") + R"(},
       "zero_optimization": {"stage": 3, "overlap_comm": true, "stage3_param_persistence_threshold": 0,
@@ -38,9 +43,21 @@ UnitRun train(const std::string& offload, bool bf16, const Checkpointing& c = {}
       "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}}})";
   zero::Config config = zero::Config::parse(json);
   config.resolve({.world_size = test_world().size()});
+  UnitRun run;
+  std::shared_ptr<zero::models::TinyTransformer> model;
+  {
+    std::optional<zero::Init> init;
+    if (c.init) init.emplace(config, test_world());
+    torch::manual_seed(11);
+    model = std::make_shared<zero::models::TinyTransformer>(o);
+  }
+  for (const auto& m : model->modules()) {
+    auto* unit = dynamic_cast<zero::UnitBase*>(m.get());
+    if (unit && unit->partitioned() && unit->partitioned()->spilled && !unit->partitioned()->shard.defined())
+      ++run.spilled_units;
+  }
   zero::Engine engine(*model, config, test_world());
   const int64_t micro = config.train_micro_batch_size_per_gpu;
-  UnitRun run;
   run.memory = engine.memory_report();
   if (!c.load.empty()) engine.load_checkpoint(c.load);
   for (int step = c.first; step < c.last; ++step) {
@@ -84,6 +101,15 @@ TEST(OffloadNvmeUnits, ParameterShardsOnNvmeAreTheInMemoryRunBitForBit) {
       EXPECT_GE(got.memory.on_nvme, left) << label;
       if (offload == param) EXPECT_LT(got.memory.on_nvme, left + units * 4096) << label;
     }
+  }
+  // Built under zero::Init with the parameters on NVMe, each unit's shard goes to a file as soon
+  // as the unit is built (none is held in memory) and reaches the engine's swap from there.
+  for (bool bf16 : {false, true}) {
+    const UnitRun reference = train("", bf16);
+    const UnitRun got = train(optimizer_nvme + param, bf16, {.init = true});
+    EXPECT_EQ(got.spilled_units, 2) << (bf16 ? "bf16" : "fp32");
+    for (size_t i = 0; i < got.losses.size(); ++i) EXPECT_EQ(got.losses[i], reference.losses[i]) << "init, step " << i;
+    for (size_t i = 0; i < got.weights.size(); ++i) EXPECT_TRUE(got.weights[i].equal(reference.weights[i])) << "init";
   }
   // A checkpoint written with both on NVMe (streamed out of the swap files) resumes in memory,
   // and one written in memory resumes with both on NVMe: the same last 6 losses.
