@@ -27,7 +27,8 @@ done
 [[ -x build/apps/zero-train ]] || scripts/bootstrap
 config=$(mktemp /tmp/infinity.XXXXXX.json)
 trap 'rm -f "$config"' EXIT
-# One unit gathered at a time (max_live below two blocks, no reuse across forward and backward),
+# The unit running and the next one prefetched (max_live two and a half blocks, no reuse across
+# forward and backward),
 # two optimizer buffers of sub_group elements, every parameter but the root on NVMe.
 block=$((12 * channels * channels + 13 * channels))
 cat > "$config" <<EOF
@@ -40,7 +41,7 @@ cat > "$config" <<EOF
     "stage": 3,
     "sub_group_size": $sub_group,
     "stage3_param_persistence_threshold": 0,
-    "stage3_max_live_parameters": $((block + block / 2)),
+    "stage3_max_live_parameters": $((2 * block + block / 2)),
     "stage3_max_reuse_distance": 0,
     "stage3_prefetch_bucket_size": $((block + block / 2)),
     "offload_optimizer": {"device": "nvme", "nvme_path": "$dir", "buffer_count": 2,
@@ -53,8 +54,10 @@ EOF
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 echo "infinity: GPT L=$layers C=$channels NH=$heads T=$seq, $ranks rank(s), $steps steps, swap under $dir ($(date -u +%Y-%m-%d))"
 start=$(date +%s)
-out=$(build/apps/zero-run -n "$ranks" build/apps/zero-train --config "$config" --steps "$steps" --layers "$layers" \
-        --channels "$channels" --heads "$heads" --max-seq "$seq" --no-progress 2>&1) || { echo "$out"; exit 1; }
+log=/tmp/infinity.last.log  # the whole output, kept
+build/apps/zero-run -n "$ranks" build/apps/zero-train --config "$config" --steps "$steps" --layers "$layers" \
+  --channels "$channels" --heads "$heads" --max-seq "$seq" --no-progress > "$log" 2>&1 || { cat "$log"; exit 1; }
+out=$(cat "$log")
 end=$(date +%s)
 echo "$out" | grep -E "^zero-train: [0-9]+ rank|^step|peak RSS|NVMe per step|^zerocpp: offload"
 params=$(sed -nE 's/.*\(([0-9]+) parameters\).*/\1/p' <<<"$out")

@@ -68,9 +68,16 @@ void ShardSwap::write(int b, const at::Tensor& values, at::ScalarType dtype) {
   file_->wait(file_->write(offsets_[static_cast<size_t>(b)], staging.data_ptr(), bytes_[static_cast<size_t>(b)]));
 }
 
-at::Tensor ShardSwap::read(int b, int64_t numel, at::ScalarType dtype) {
+at::Tensor ShardSwap::read_async(int b, int64_t numel, at::ScalarType dtype, offload::IoTicket& ticket) {
   at::Tensor out = buffer(numel, dtype);
-  file_->wait(file_->read(offsets_[static_cast<size_t>(b)], out.data_ptr(), bytes_[static_cast<size_t>(b)]));
+  ticket = file_->read(offsets_[static_cast<size_t>(b)], out.data_ptr(), bytes_[static_cast<size_t>(b)]);
+  return out;
+}
+
+at::Tensor ShardSwap::read(int b, int64_t numel, at::ScalarType dtype) {
+  offload::IoTicket ticket = 0;
+  at::Tensor out = read_async(b, numel, dtype, ticket);
+  file_->wait(ticket);
   return out;
 }
 

@@ -30,6 +30,9 @@ class ShardSwap {
   void write(int b, const at::Tensor& values, at::ScalarType dtype);
   // Bucket b's shard as a new tensor of `numel` elements of `dtype` (in a buffer of the pool).
   at::Tensor read(int b, int64_t numel, at::ScalarType dtype);
+  // The same, returning as soon as the read is submitted: its contents are valid after wait(ticket).
+  at::Tensor read_async(int b, int64_t numel, at::ScalarType dtype, offload::IoTicket& ticket);
+  void wait(offload::IoTicket ticket) { file_->wait(ticket); }
   int64_t file_bytes() const { return file_->size(); }
   int64_t spare_bytes() const;  // the pool's buffers not in use
   int64_t bytes_read() const { return file_->bytes_read(); }

@@ -50,6 +50,7 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       map_(std::move(map)),
       bucket_of_unit_(map_.units.size(), -1),
       gather_input_(flat_.layout().buckets().size()),
+      read_ticket_(flat_.layout().buckets().size(), 0),
       element_size_(static_cast<int64_t>(c10::elementSize(flat_.dtype()))),
       limits_(limits),
       inflight_(flat_.layout().buckets().size()) {
@@ -112,6 +113,11 @@ Stage3::~Stage3() {
 }
 
 void Stage3::wait_inflight(int b) {
+  if (uint64_t& ticket = read_ticket_[static_cast<size_t>(b)]; ticket != 0) {  // a prefetched read: now its gather
+    shard_swap_->wait(ticket);
+    ticket = 0;
+    comm_.all_gather(gather_input_[static_cast<size_t>(b)], flat_.buffer(b), {.async = false});
+  }
   if (auto& work = inflight_[static_cast<size_t>(b)]) {
     work->wait();
     work.reset();
@@ -144,6 +150,13 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
     return nullptr;
   }
   flat_.materialize(b);
+  if (shard_swap_ && async) {
+    // A prefetch from NVMe: only the read starts now (wait_inflight does the all-gather), so
+    // that the disk works while the units before this one compute.
+    gather_input_[static_cast<size_t>(b)] =
+        shard_swap_->read_async(b, shard_numel_[static_cast<size_t>(b)], flat_.dtype(), read_ticket_[static_cast<size_t>(b)]);
+    return nullptr;
+  }
   // On NVMe the shard is read first, and kept until its all-gather is done.
   const at::Tensor input = shard_swap_ ? shard(b) : owned_[static_cast<size_t>(b)];
   if (shard_swap_) gather_input_[static_cast<size_t>(b)] = input;

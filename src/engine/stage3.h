@@ -97,6 +97,9 @@ class Stage3 : public detail::UnitHooks {
   std::unique_ptr<ShardSwap> shard_swap_;
   std::vector<int64_t> shard_numel_;     // per bucket
   std::vector<at::Tensor> gather_input_;  // per bucket: a swapped shard read for a gather in flight
+  // Per bucket: the NVMe read of a prefetched shard (0: none); its all-gather starts when the unit
+  // is needed, so the read overlaps the compute before it.
+  std::vector<uint64_t> read_ticket_;
   int64_t gathered_ = 0, gathered_peak_ = 0;  // elements of unit buckets whole
   int64_t element_size_;
   Stage3Limits limits_;
