@@ -53,6 +53,66 @@ void AdamUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_R
   }
 }
 
+// Lanes kernels over arrays of n floats: every element goes through a full vector, the tail too
+// (copied out and back), so a tile or partition boundary never changes an element's bits.
+// `arrays` are the kernel's arguments in order; `written[k]`: array k is stored back.
+template <size_t N, class D, class Lanes>
+HWY_INLINE void ForEachVector(D d, int64_t n, float* const (&arrays)[N], const bool (&written)[N], Lanes lanes_fn) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    float* at[N];
+    for (size_t k = 0; k < N; ++k) at[k] = arrays[k] + i;
+    lanes_fn(at);
+  }
+  if (i == n) return;
+  HWY_ALIGN float tail[N][hn::MaxLanes(d)] = {};
+  const size_t rest = static_cast<size_t>(n - i);
+  float* at[N];
+  for (size_t k = 0; k < N; ++k) {
+    for (size_t j = 0; j < rest; ++j) tail[k][j] = arrays[k][i + j];
+    at[k] = tail[k];
+  }
+  lanes_fn(at);
+  for (size_t k = 0; k < N; ++k)
+    if (written[k])
+      for (size_t j = 0; j < rest; ++j) arrays[k][i + j] = tail[k][j];
+}
+
+// The operations and roundings of the LibTorch ops they replace (flat_optimizer.cpp's history):
+// add_ with alpha is one fused multiply-add; addcmul_/addcdiv_ compute value·t1·t2 (value·t1/t2)
+// left to right, then add.
+void AdagradUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_RESTRICT sum, int64_t n,
+                   const AdagradScalars& s) {
+  const hn::ScalableTag<float> d;
+  float* const arrays[3] = {p, const_cast<float*>(g), sum};
+  ForEachVector(d, n, arrays, {true, false, true}, [&](float* const (&at)[3]) {
+    const auto pv = hn::LoadU(d, at[0]);
+    const auto gv = hn::MulAdd(pv, hn::Set(d, s.l2), hn::Mul(hn::LoadU(d, at[1]), hn::Set(d, s.grad_scale)));
+    const auto sv = hn::Add(hn::LoadU(d, at[2]), hn::Mul(gv, gv));
+    const auto denom = hn::Add(hn::Sqrt(sv), hn::Set(d, s.eps));
+    hn::StoreU(sv, d, at[2]);
+    hn::StoreU(hn::Add(pv, hn::Div(hn::Mul(hn::Set(d, -s.lr), gv), denom)), d, at[0]);
+  });
+}
+
+void LionUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_RESTRICT m, int64_t n,
+                const LionScalars& s) {
+  const hn::ScalableTag<float> d;
+  float* const arrays[3] = {p, const_cast<float*>(g), m};
+  ForEachVector(d, n, arrays, {true, false, true}, [&](float* const (&at)[3]) {
+    const auto zero = hn::Zero(d);
+    const auto gv = hn::Mul(hn::LoadU(d, at[1]), hn::Set(d, s.grad_scale));
+    const auto mv = hn::LoadU(d, at[2]);
+    const auto mix = hn::MulAdd(gv, hn::Set(d, s.one_minus_beta1), hn::Mul(mv, hn::Set(d, s.beta1)));
+    const auto sign = hn::IfThenElse(hn::Gt(mix, zero), hn::Set(d, 1.0f),
+                                     hn::IfThenElse(hn::Lt(mix, zero), hn::Set(d, -1.0f), zero));
+    const auto pv = hn::Mul(hn::LoadU(d, at[0]), hn::Set(d, s.decay));
+    hn::StoreU(hn::MulAdd(sign, hn::Set(d, -s.lr), pv), d, at[0]);
+    hn::StoreU(hn::MulAdd(gv, hn::Set(d, s.one_minus_beta2), hn::Mul(mv, hn::Set(d, s.beta2))), d, at[2]);
+  });
+}
+
 double SumOfSquares(const float* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles in a vector
@@ -82,7 +142,24 @@ HWY_AFTER_NAMESPACE();
 namespace zero::optim {
 
 HWY_EXPORT(AdamUpdate);
+HWY_EXPORT(AdagradUpdate);
+HWY_EXPORT(LionUpdate);
 HWY_EXPORT(SumOfSquares);
+
+namespace {
+
+// fn(offset, length) over chunks split among LibTorch's intra-op threads (1 in the engine's
+// one-thread-per-rank setting); chunking never changes an element's bits (ForEachVector).
+template <class Fn>
+void in_chunks(int64_t n, Fn&& fn) {
+  constexpr int64_t kChunk = 1 << 16;
+  if (n <= kChunk || at::get_num_threads() == 1) return fn(int64_t{0}, n);
+  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
+}
+
+}  // namespace
 
 void adam_update(float* params, const float* grads, float* m, float* v, int64_t n, const AdamScalars& s) {
   // Chunks over LibTorch's intra-op threads (1 in the engine's one-thread-per-rank setting).
@@ -95,6 +172,18 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
       const int64_t at = c * kChunk, length = std::min(kChunk, n - at);
       HWY_DYNAMIC_DISPATCH(AdamUpdate)(params + at, grads + at, m + at, v + at, length, s);
     }
+  });
+}
+
+void adagrad_update(float* params, const float* grads, float* sum, int64_t n, const AdagradScalars& s) {
+  in_chunks(n, [&](int64_t at, int64_t length) {
+    HWY_DYNAMIC_DISPATCH(AdagradUpdate)(params + at, grads + at, sum + at, length, s);
+  });
+}
+
+void lion_update(float* params, const float* grads, float* m, int64_t n, const LionScalars& s) {
+  in_chunks(n, [&](int64_t at, int64_t length) {
+    HWY_DYNAMIC_DISPATCH(LionUpdate)(params + at, grads + at, m + at, length, s);
   });
 }
 

@@ -26,6 +26,27 @@ struct AdamScalars {
 // m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; p −= step_size · m / (√v / sqrt_bc2 + eps).
 void adam_update(float* params, const float* grads, float* m, float* v, int64_t n, const AdamScalars& s);
 
+struct AdagradScalars {
+  float lr = 1e-2f, eps = 1e-10f;
+  float l2 = 0.0f;          // weight_decay · params added to the gradient
+  float grad_scale = 1.0f;  // the gradient is multiplied by this first
+};
+
+// One Adagrad step over n elements: g = grad_scale·grad + l2·p; sum += g²; p += −lr · g / (√sum + eps).
+void adagrad_update(float* params, const float* grads, float* sum, int64_t n, const AdagradScalars& s);
+
+struct LionScalars {
+  float lr = 1e-4f;
+  float beta1 = 0.9f, beta2 = 0.99f;
+  float one_minus_beta1 = 0.1f, one_minus_beta2 = 0.01f;
+  float decay = 1.0f;       // params *= 1 − lr · weight_decay first
+  float grad_scale = 1.0f;  // the gradient is multiplied by this first
+};
+
+// One Lion step over n elements: g = grad_scale·grad; u = sign(β1·m + (1−β1)·g); p = decay·p − lr·u;
+// m = β2·m + (1−β2)·g.
+void lion_update(float* params, const float* grads, float* m, int64_t n, const LionScalars& s);
+
 // Σ x² over n floats, accumulated in double. Not finite exactly when some x is not (a finite
 // float's square cannot overflow a double sum of fewer than 2^900 terms): the fp16 overflow check.
 double sum_of_squares(const float* x, int64_t n);

@@ -55,6 +55,7 @@ class Adam : public FlatOptimizer {
   at::Tensor m_, v_;
 };
 
+// Adagrad: L2 weight decay added to the gradient (torch.optim.Adagrad without lr decay).
 class Adagrad : public FlatOptimizer {
  public:
   Adagrad(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
@@ -62,11 +63,17 @@ class Adagrad : public FlatOptimizer {
   std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"sum", sum_}}; }
 
  protected:
+  bool fuses_grad_scale() const override { return true; }
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
-    at::Tensor g = with_l2(grads, params, t);
-    at::Tensor sum = state_slice(sum_, 0, t);
-    sum.addcmul_(g, g, 1.0);
-    params.addcdiv_(g, sum.sqrt().add_(c_.eps), -p.lr);
+    AdagradScalars s{.lr = static_cast<float>(p.lr), .eps = static_cast<float>(c_.eps),
+                     .grad_scale = static_cast<float>(p.grad_scale)};
+    float* w = params.data_ptr<float>();
+    const float* g = grads.data_ptr<float>();
+    float* sum = state_slice(sum_, 0, t).data_ptr<float>();
+    for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
+      s.l2 = static_cast<float>(wd);
+      adagrad_update(w + begin, g + begin, sum + begin, length, s);
+    });
   }
 
  private:
@@ -82,12 +89,21 @@ class Lion : public FlatOptimizer {
   std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"exp_avg", m_}}; }
 
  protected:
+  bool fuses_grad_scale() const override { return true; }
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
-    at::Tensor m = state_slice(m_, 0, t);
-    at::Tensor update = (m * p.beta1).add_(grads, 1 - p.beta1).sign_();
-    decay(params, p.lr, t);
-    params.add_(update, -p.lr);
-    m.mul_(p.beta2).add_(grads, 1 - p.beta2);
+    LionScalars s{.lr = static_cast<float>(p.lr),
+                  .beta1 = static_cast<float>(p.beta1),
+                  .beta2 = static_cast<float>(p.beta2),
+                  .one_minus_beta1 = static_cast<float>(1 - p.beta1),
+                  .one_minus_beta2 = static_cast<float>(1 - p.beta2),
+                  .grad_scale = static_cast<float>(p.grad_scale)};
+    float* w = params.data_ptr<float>();
+    const float* g = grads.data_ptr<float>();
+    float* m = state_slice(m_, 0, t).data_ptr<float>();
+    for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
+      s.decay = static_cast<float>(1 - p.lr * wd);
+      lion_update(w + begin, g + begin, m + begin, length, s);
+    });
   }
 
  private:
@@ -251,10 +267,6 @@ void FlatOptimizer::for_runs_in(Tile t, Fn&& fn) const {
     const int64_t begin = std::max(r.offset, t.offset), end = std::min(r.offset + r.length, t.offset + t.length);
     if (begin < end && r.weight_decay != 0) fn(begin - t.offset, end - begin, r.weight_decay);
   }
-}
-
-void FlatOptimizer::decay(const at::Tensor& params, double lr, Tile t) const {
-  for_runs_in(t, [&](int64_t begin, int64_t length, double wd) { params.narrow(0, begin, length).mul_(1 - lr * wd); });
 }
 
 at::Tensor FlatOptimizer::with_l2(const at::Tensor& grads, const at::Tensor& params, Tile t) const {

@@ -91,8 +91,6 @@ class FlatOptimizer {
   // piece outside every run, e.g. padding, has weight decay 0).
   template <class Fn>
   void for_decay_pieces_in(Tile t, Fn&& fn) const;
-  // params *= (1 - lr * wd), run by run (decoupled decay: AdamW, Lion); params is tile t.
-  void decay(const at::Tensor& params, double lr, Tile t) const;
   // grads + wd * params, run by run (L2 decay: Adam, Adagrad, SGD); `grads` itself when all wd
   // are 0. Both are tile t.
   at::Tensor with_l2(const at::Tensor& grads, const at::Tensor& params, Tile t) const;

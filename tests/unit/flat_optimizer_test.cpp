@@ -216,6 +216,43 @@ TEST(FlatOptimizer, TilesPerParameterCoverTheBufferAtEveryFragmentEnd) {
   EXPECT_EQ(got, (std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 3}, {8, 3}, {11, 5}}));
 }
 
+// The fused Adagrad and Lion kernels on the same sizes, at 1 and 2 threads: the same bits either
+// way, and within 1e-6 of the LibTorch ops they replaced (weight decay and a gradient scale on).
+TEST(CpuAdagradAndLion, VectorTailsAndThreadsAgreeWithLibTorchOps) {
+  const float lr = 1e-2f, scale = 0.5f, wd = 0.1f, eps = 1e-10f, b1 = 0.9f, b2 = 0.99f;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{22}, int64_t{1023}, (int64_t{1} << 20) + 3}) {
+    torch::manual_seed(n);
+    const at::Tensor p0 = torch::randn({n}), g = torch::randn({n}), s0 = torch::rand({n}), m0 = torch::randn({n}) * 0.1;
+    std::vector<at::Tensor> adagrad, lion;
+    for (int threads : {1, 2}) {
+      at::set_num_threads(threads);
+      at::Tensor p = p0.clone(), sum = s0.clone();
+      optim::adagrad_update(p.data_ptr<float>(), g.data_ptr<float>(), sum.data_ptr<float>(), n,
+                            {.lr = lr, .eps = eps, .l2 = wd, .grad_scale = scale});
+      adagrad.push_back(torch::cat({p, sum}));
+      at::Tensor q = p0.clone(), m = m0.clone();
+      optim::lion_update(q.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), n,
+                         {.lr = lr, .beta1 = b1, .beta2 = b2, .one_minus_beta1 = 1 - b1, .one_minus_beta2 = 1 - b2,
+                          .decay = 1 - lr * wd, .grad_scale = scale});
+      lion.push_back(torch::cat({q, m}));
+    }
+    at::set_num_threads(1);
+    EXPECT_TRUE(adagrad[0].equal(adagrad[1])) << "n = " << n << ": threads changed Adagrad's bits";
+    EXPECT_TRUE(lion[0].equal(lion[1])) << "n = " << n << ": threads changed Lion's bits";
+    // The LibTorch ops of torch.optim.Adagrad and of Lion (decoupled decay).
+    const at::Tensor gs = g * scale;
+    const at::Tensor ga = gs.add(p0, wd), sum = s0.addcmul(ga, ga, 1.0);
+    const at::Tensor adagrad_expected = torch::cat({p0.addcdiv(ga, sum.sqrt() + eps, -lr), sum});
+    const at::Tensor lion_expected = torch::cat(
+        {(p0 * (1 - lr * wd)).add((m0 * b1).add(gs, 1 - b1).sign(), -lr), (m0 * b2).add(gs, 1 - b2)});
+    auto worst = [](const at::Tensor& got, const at::Tensor& expected) {
+      return ((got - expected).abs() / expected.abs().clamp_min(1e-6)).max().item<double>();
+    };
+    EXPECT_LT(worst(adagrad[0], adagrad_expected), 1e-6) << "Adagrad, n = " << n;
+    EXPECT_LT(worst(lion[0], lion_expected), 1e-6) << "Lion, n = " << n;
+  }
+}
+
 // The fused Adam kernel on sizes that end inside a vector (1, 7, 22, 1023) and past a thread
 // chunk (2^20 + 3): within 1e-6 of a plain float loop, and the same bits at 1 and 2 threads.
 TEST(CpuAdam, VectorTailsAndThreadsAgreeWithAScalarLoop) {
