@@ -34,17 +34,17 @@ int64_t OptimizerSwap::checked_size(const SwapOptions& options, const std::vecto
     size += region;
     largest = std::max(largest, region);
   }
-  offload::check_swap_dir(options.dir, size, "zero_optimization.offload_optimizer.nvme_path");
-  // The pool must fit: a buffer holds one sub_group_size tile of master and optimizer states.
+  // The pool must fit (checked first: it needs no I/O): a buffer holds one sub_group_size tile.
   const int64_t count = std::clamp<int64_t>(options.buffer_count, 1, static_cast<int64_t>(tiles.size()));
   const int64_t available = available_memory();
   if (available > 0 && count * largest > available) {
     throw Error("zero_optimization.offload_optimizer: " + std::to_string(count) + " buffers of " +
                     std::to_string(largest) +
                     " bytes (buffer_count × one sub_group_size tile of master, optimizer states and gradients) need more than the " +
-                    std::to_string(available) + " bytes of memory available; lower sub_group_size or buffer_count",
+                    std::to_string(available) + " bytes of memory available; lower zero_optimization.sub_group_size or offload_optimizer.buffer_count",
                 "zero_optimization.sub_group_size");
   }
+  offload::check_swap_dir(options.dir, size, "zero_optimization.offload_optimizer.nvme_path");
   return size;
 }
 

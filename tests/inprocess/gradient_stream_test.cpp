@@ -85,4 +85,21 @@ TEST(GradientStream, APieceOutOfOrderOrAStepMidStreamIsAnError) {
   EXPECT_THROW(stream.sum_of_squares(), zero::Error);
 }
 
+// The optimizer's swap, before it creates anything: a pool of buffers larger than the memory
+// available (MemAvailable) is an error naming sub_group_size, with the sizes.
+TEST(OptimizerSwap, APoolLargerThanMemoryIsAnErrorNamingSubGroupSize) {
+  TempDir dir;
+  const int64_t huge = int64_t{1} << 38;  // elements in one tile: 1 TiB per segment
+  try {
+    OptimizerSwap swap(small_io(dir.path.string()), {{0, huge}, {huge, huge}}, 2, true);
+    FAIL() << "no error";
+  } catch (const zero::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("zero_optimization.sub_group_size"), std::string::npos) << what;
+    EXPECT_NE(what.find("memory available"), std::string::npos) << what;
+    EXPECT_EQ(e.subject(), "zero_optimization.sub_group_size");
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "it created something first";
+}
+
 }  // namespace
