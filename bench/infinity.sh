@@ -10,21 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 layers=48 channels=1600 heads=25 seq=128 steps=3 ranks=1 dir=/var/tmp sub_group=20000000
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --layers) layers=$2 ;;
-    --channels) channels=$2 ;;
-    --heads) heads=$2 ;;
-    --seq) seq=$2 ;;
-    --steps) steps=$2 ;;
-    --ranks) ranks=$2 ;;
-    --dir) dir=$2 ;;
-    --sub-group) sub_group=$2 ;;
-    *) echo "infinity.sh: unknown option $1" >&2; exit 2 ;;
-  esac
-  shift 2
-done
-[[ -x build/apps/zero-train ]] || scripts/bootstrap
+source bench/gpt_run_args.sh
 config=$(mktemp /tmp/infinity.XXXXXX.json)
 trap 'rm -f "$config"' EXIT
 # The unit running and the next one prefetched (max_live two and a half blocks, no reuse across

@@ -9,21 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 layers=12 channels=768 heads=12 seq=128 steps=6 ranks=1 dir=/var/tmp sub_group=10000000
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --layers) layers=$2 ;;
-    --channels) channels=$2 ;;
-    --heads) heads=$2 ;;
-    --seq) seq=$2 ;;
-    --steps) steps=$2 ;;
-    --ranks) ranks=$2 ;;
-    --dir) dir=$2 ;;
-    --sub-group) sub_group=$2 ;;
-    *) echo "offload_modes.sh: unknown option $1" >&2; exit 2 ;;
-  esac
-  shift 2
-done
-[[ -x build/apps/zero-train ]] || scripts/bootstrap
+source bench/gpt_run_args.sh
 fio_out=$(bench/swap_vs_fio.sh "$dir" 1)
 fio_write=$(sed -nE 's/^\| fio \| ([0-9.]+) \| ([0-9.]+) \|$/\1/p' <<<"$fio_out")
 fio_read=$(sed -nE 's/^\| fio \| ([0-9.]+) \| ([0-9.]+) \|$/\2/p' <<<"$fio_out")
