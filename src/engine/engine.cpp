@@ -131,6 +131,18 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   note(z.offload_optimizer.device == OffloadDevice::kCpu && z.offload_optimizer.ratio < 1.0,
        "zero_optimization.offload_optimizer.ratio",
        "no effect on a CPU build (every optimizer state is in host memory, offloaded or not)");
+  // NVMe: one io_uring ring per swap file keeps queue_depth pieces in flight from the training
+  // thread; stage 3's shard pool is two buffers of the largest unit shard, whatever the sizes.
+  const bool nvme = z.offload_optimizer.device == OffloadDevice::kNvme || z.offload_param.device == OffloadDevice::kNvme;
+  note(nvme && c.aio.intra_op_parallelism > 1, "aio.intra_op_parallelism",
+       "no effect: io_uring submits from the training thread, with queue_depth pieces in flight (no I/O threads)");
+  note(nvme && !c.aio.overlap_events, "aio.overlap_events",
+       "no effect: io_uring always refills the queue as pieces complete");
+  note(z.offload_param.device == OffloadDevice::kNvme &&
+           (z.offload_param.buffer_count != 5 || z.offload_param.buffer_size != 100'000'000 ||
+            z.offload_param.max_in_cpu != 1'000'000'000),
+       "zero_optimization.offload_param.buffer_count/buffer_size/max_in_cpu",
+       "not honoured: a unit's shard is read into one of two pooled buffers the size of the largest shard");
   note(c.activation_checkpointing.partition_activations || c.activation_checkpointing.cpu_checkpointing,
        "activation_checkpointing", "not implemented yet");
   return out;

@@ -195,4 +195,20 @@ TEST(OffloadNvme, BadPathsAndLambAreErrorsByName) {
   EXPECT_EQ(dir.leftovers(), 0);
 }
 
+TEST(OffloadNvme, AioAndPoolKeysWithoutEffectAreNamed) {
+  SwapDir dir;
+  std::string json = param_on_nvme(on_nvme(engine_test::config_json(3, 1, false), dir.path.string(), true),
+                                   dir.path.string());
+  json.replace(json.find(R"("nvme_path": ")" + dir.path.string() + R"("})"), 0, R"("buffer_size": 1000, )");
+  json.insert(1, R"("aio": {"intra_op_parallelism": 2, "overlap_events": false}, )");
+  engine_test::Mlp model;
+  zero::Config config = zero::Config::parse(json);
+  config.resolve({.world_size = test_world().size()});
+  zero::Engine engine(model, config, test_world());
+  std::string all;
+  for (const auto& w : engine.warnings()) all += w + "\n";
+  for (const char* key : {"aio.intra_op_parallelism", "aio.overlap_events", "offload_param.buffer_count/buffer_size"})
+    EXPECT_NE(all.find(key), std::string::npos) << key << " in:\n" << all;
+}
+
 }  // namespace
