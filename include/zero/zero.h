@@ -1,6 +1,7 @@
 // zerocpp — DeepSpeed's ZeRO in C++. The umbrella header.
 #pragma once
 
+#include "zero/activation_checkpoint.h"
 #include "zero/allocator.h"
 #include "zero/comm_stats.h"
 #include "zero/communicator.h"

@@ -7,16 +7,19 @@
 
 #include <cmath>
 
+#include "zero/activation_checkpoint.h"
 #include "zero/unit.h"
 
 namespace zero::models {
 
 struct TinyTransformerOptions {
   int64_t vocab = 64, channels = 32, heads = 4, layers = 2, max_seq = 16;
+  double dropout = 0;            // on the attention probabilities and each block's two branches
+  int64_t checkpoint_every = 0;  // blocks 0, k, 2k, ... run under checkpointing::checkpoint (0: none)
 };
 
 struct TinyBlock : torch::nn::Module {
-  explicit TinyBlock(const TinyTransformerOptions& o) : heads(o.heads) {
+  explicit TinyBlock(const TinyTransformerOptions& o) : heads(o.heads), dropout(o.dropout) {
     ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.channels})));
     // Note: no qkv bias. Its key third gets an exactly zero gradient (softmax ignores a constant
     // added to a row of scores), so Adam would divide rounding noise by its own size and any
@@ -35,11 +38,13 @@ struct TinyBlock : torch::nn::Module {
     at::Tensor q = shape(parts[0]), k = shape(parts[1]), v = shape(parts[2]);
     at::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hs));
     at::Tensor causal = torch::ones({T, T}, torch::kBool).triu(1);
-    at::Tensor attention = torch::softmax(scores.masked_fill(causal, -1e9), -1).matmul(v);
-    at::Tensor h = x + proj(attention.transpose(1, 2).reshape({B, T, C}));
-    return h + out(torch::gelu(fc(ln2(h))));
+    at::Tensor attention = drop(torch::softmax(scores.masked_fill(causal, -1e9), -1)).matmul(v);
+    at::Tensor h = x + drop(proj(attention.transpose(1, 2).reshape({B, T, C})));
+    return h + drop(out(torch::gelu(fc(ln2(h)))));
   }
+  at::Tensor drop(const at::Tensor& t) { return dropout > 0 && is_training() ? torch::dropout(t, dropout, true) : t; }
   int64_t heads;
+  double dropout;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
 };
@@ -55,7 +60,15 @@ struct TinyTransformer : torch::nn::Module {
   // tokens [B, T] (int64) → logits [B, T, vocab]
   at::Tensor forward(const at::Tensor& tokens) {
     at::Tensor x = wte(tokens) + wpe(torch::arange(tokens.size(1), torch::kLong));
-    for (auto& block : blocks) x = block->forward(x);
+    for (size_t l = 0; l < blocks.size(); ++l) {
+      auto block = blocks[l];
+      const int64_t every = options.checkpoint_every;
+      if (every > 0 && static_cast<int64_t>(l) % every == 0) {
+        x = zero::checkpointing::checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x, "h" + std::to_string(l));
+      } else {
+        x = block->forward(x);
+      }
+    }
     return lnf(x).matmul(wte->weight.t());
   }
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -1,5 +1,7 @@
 #include "engine/stage3.h"
 
+#include "zero/activation_checkpoint.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -253,7 +255,9 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
             order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)])]);
     });
   }
-  if (keep_after_forward()) {
+  // A checkpoint's recomputation in backward: the unit's own backward follows at once.
+  const bool recomputed = checkpointing::detail::recomputing() && c10::GradMode::is_enabled() && output.requires_grad();
+  if (keep_after_forward() || recomputed) {
     states_.set(b, ShardState::kKept);
   } else {
     release(b);

@@ -1,0 +1,56 @@
+// zero::checkpointing::checkpoint — activation checkpointing (DeepSpeed's
+// deepspeed.checkpointing.checkpoint) (torch.utils.checkpoint, which LibTorch's C++ API
+// lacks): run a block's forward without keeping its intermediate activations, keep only its
+// inputs, and run the forward again during backward to get them back.
+//
+//   namespace ckpt = zero::checkpointing;
+//   x = ckpt::checkpoint([block](const std::vector<at::Tensor>& in) { return std::vector{block->forward(in[0])}; }, {x})[0];
+//   x = ckpt::checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x);
+//
+// The callable is kept until backward: capture what it uses by value.
+//
+// The first run is under no_grad; its outputs get one autograd node whose backward restores the
+// CPU random state the first run saw (so dropout draws the same masks), runs the callable again
+// with grad on over the saved inputs, and back-propagates through it (a reentrant backward: the
+// block's parameters get their gradients there, and the engine's hooks see them as usual). At
+// stage 3 a zero::Unit inside the callable gathers its parameters again for the recomputation.
+//
+// Inputs may or may not require grad; outputs are every tensor the callable returns (those that
+// are not floating point, or that the block computes without grad, get none). The recomputation
+// must give what the first run gave: each output's bytes are hashed (XXH3) on the first run and
+// compared after the second, and a difference is a zero::Error naming the checkpoint — a block
+// whose forward depends on state that changed between the two (a random generator other than
+// the CPU default one, a module flag, a mutated input) is caught, not silently wrong. An input
+// changed in place before the backward is an error too.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace zero::checkpointing {
+
+using CheckpointFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+// `name`: how errors and the profile name this checkpoint (e.g. "h3").
+std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<at::Tensor>& inputs,
+                                   const std::string& name = "checkpoint");
+at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input,
+                      const std::string& name = "checkpoint");
+
+// Counts since the process started (tests, zero-train's report): forwards run under checkpoint,
+// and recomputations done in backward.
+struct CheckpointCounts {
+  int64_t forwards = 0, recomputations = 0;
+};
+CheckpointCounts counts();
+
+namespace detail {
+// True while a checkpoint's forward runs again in backward (stage 3 keeps a unit gathered for
+// the backward that follows at once, instead of freeing it and gathering it again).
+bool recomputing();
+}  // namespace detail
+
+}  // namespace zero::checkpointing

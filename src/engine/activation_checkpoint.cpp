@@ -1,0 +1,165 @@
+// zero::checkpointing::checkpoint (include/zero/activation_checkpoint.h): a custom autograd node that runs the
+// forward again in backward.
+#include "zero/activation_checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "zero/error.h"
+
+namespace zero::checkpointing {
+namespace {
+
+std::atomic<int64_t> forwards{0}, recomputations{0};
+thread_local int recomputing_depth = 0;
+
+uint64_t hash_of(const at::Tensor& t) {
+  if (!t.defined()) return 0;
+  const at::Tensor c = t.contiguous();
+  return XXH3_64bits(c.data_ptr(), c.nbytes());
+}
+
+at::Tensor cpu_random_state() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_cpu_random_state(const at::Tensor& state) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+class CheckpointBackward : public torch::autograd::Node {
+ public:
+  std::string name() const override { return "zero::CheckpointBackward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].defined() && inputs[i]._version() != versions[i]) {
+        throw Error("activation checkpoint \"" + label + "\": input " + std::to_string(i) +
+                        " was changed in place after the forward; the recomputation would see other values",
+                    label);
+      }
+    }
+    std::vector<at::Tensor> again;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      at::Tensor t = inputs[i].defined() ? inputs[i].detach() : at::Tensor();
+      if (t.defined() && needs_grad[i]) t.requires_grad_(true);
+      again.push_back(t);
+    }
+    std::vector<at::Tensor> outputs;
+    {
+      // The random state the first run saw, then the one backward had (dropout elsewhere in
+      // backward, or the next step, must not notice).
+      const at::Tensor before = cpu_random_state();
+      set_cpu_random_state(rng_state);
+      struct Restore {
+        const at::Tensor& state;
+        ~Restore() { set_cpu_random_state(state); }
+      } restore{before};
+      at::AutoGradMode grad(true);
+      ++recomputing_depth;
+      struct Depth {
+        ~Depth() { --recomputing_depth; }
+      } depth;
+      outputs = fn(again);
+    }
+    ++recomputations;
+    if (outputs.size() != hashes.size()) {
+      throw Error("activation checkpoint \"" + label + "\": the recomputation returned " +
+                      std::to_string(outputs.size()) + " outputs, the forward " + std::to_string(hashes.size()),
+                  label);
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      if (hash_of(outputs[k]) != hashes[k]) {
+        throw Error("activation checkpoint \"" + label + "\": output " + std::to_string(k) +
+                        " of the recomputation differs from the forward's (the block's forward depends on state that "
+                        "changed in between: a random generator other than the CPU default, a module flag, its inputs)",
+                    label);
+      }
+    }
+    // Back through the recomputed graph: the block's parameters get their gradients here.
+    std::vector<at::Tensor> roots, root_grads;
+    for (size_t j = 0; j < attached.size(); ++j) {
+      const at::Tensor& out = outputs[attached[j]];
+      if (j < grads.size() && grads[j].defined() && out.requires_grad()) {
+        roots.push_back(out);
+        root_grads.push_back(grads[j]);
+      }
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+    torch::autograd::variable_list result;
+    for (size_t i = 0; i < again.size(); ++i)
+      result.push_back(again[i].defined() && needs_grad[i] ? again[i].grad() : at::Tensor());
+    return result;
+  }
+
+  CheckpointFunction fn;
+  std::string label;
+  std::vector<at::Tensor> inputs;  // detached: only their values are kept
+  std::vector<bool> needs_grad;
+  std::vector<uint32_t> versions;
+  at::Tensor rng_state;
+  std::vector<uint64_t> hashes;  // per output of the first run
+  std::vector<size_t> attached;  // outputs that got this node as grad_fn, in input_nr order
+};
+
+}  // namespace
+
+namespace detail {
+bool recomputing() { return recomputing_depth > 0; }
+}  // namespace detail
+
+std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<at::Tensor>& inputs,
+                                   const std::string& name) {
+  if (!at::GradMode::is_enabled()) return fn(inputs);  // nothing to save for
+  auto node = std::shared_ptr<CheckpointBackward>(new CheckpointBackward(), torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+  node->fn = fn;
+  node->label = name;
+  node->rng_state = cpu_random_state();
+  std::vector<at::Tensor> detached;
+  for (const at::Tensor& t : inputs) {
+    detached.push_back(t.defined() ? t.detach() : at::Tensor());
+    node->needs_grad.push_back(t.defined() && t.requires_grad());
+    node->versions.push_back(t.defined() ? t._version() : 0);
+  }
+  node->inputs = detached;
+  std::vector<at::Tensor> outputs;
+  {
+    at::NoGradGuard no_grad;
+    outputs = fn(detached);
+  }
+  ++forwards;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    node->hashes.push_back(hash_of(outputs[k]));
+    if (outputs[k].defined() && at::isFloatingType(outputs[k].scalar_type())) {
+      // A tensor of its own (an output may alias an input), then this node as its grad_fn.
+      bool aliased = outputs[k].is_view();
+      for (const at::Tensor& in : detached) aliased = aliased || (in.defined() && in.is_same(outputs[k]));
+      if (aliased) outputs[k] = outputs[k].clone();
+      torch::autograd::set_history(outputs[k], node);
+      node->attached.push_back(k);
+    }
+  }
+  return outputs;
+}
+
+at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input,
+                      const std::string& name) {
+  return checkpoint([fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; }, {input},
+                    name)[0];
+}
+
+CheckpointCounts counts() { return {forwards.load(), recomputations.load()}; }
+
+}  // namespace zero::checkpointing
