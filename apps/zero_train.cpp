@@ -43,6 +43,13 @@ int main(int argc, char** argv) {
   app.add_option("--save-dir", o.save_dir, "checkpoint directory (saves at the end and on Ctrl-C)");
   app.add_option("--save-every", o.save_every, "also save every K steps")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir, if there is one");
+  bool checkpointing = false;
+  app.add_flag("--activation-checkpointing", checkpointing,
+               "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)");
+  int64_t checkpoint_every = 1;
+  app.add_option("--checkpoint-every", checkpoint_every, "with --activation-checkpointing: every K-th block only")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   // Values for the config's "auto" keys only (Hugging Face TrainingArguments' defaults where it
   // has one; the batch keys have none: an "auto" batch key needs its flag).
   zero::AutoContext& a = o.auto_values;
@@ -77,6 +84,7 @@ int main(int argc, char** argv) {
     if (app.count("--sample-every") == 0) o.sample_every = 100;
     if (app.count("--print-every") == 0) o.print_every = 10;
   }
+  o.checkpoint_every = checkpointing ? checkpoint_every : 0;
   torch::set_num_threads(1);
   zero::keep_freed_memory();  // include/zero/allocator.h: the same tensors every step
   const char* launcher_tty = std::getenv("ZERO_STDOUT_IS_TTY");  // set by zero-run

@@ -40,6 +40,21 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input,
                       const std::string& name = "checkpoint");
 
+// Runs `blocks` (shared pointers to modules, or zero::Units, with forward(Tensor)) in order on
+// `x`: blocks 0, every, 2·every, ... under checkpoint, named "h<index>" (every 0: none).
+template <class Blocks>
+at::Tensor run_blocks(const Blocks& blocks, at::Tensor x, int64_t every) {
+  for (size_t l = 0; l < blocks.size(); ++l) {
+    auto block = blocks[l];
+    if (every > 0 && static_cast<int64_t>(l) % every == 0) {
+      x = checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x, "h" + std::to_string(l));
+    } else {
+      x = block->forward(x);
+    }
+  }
+  return x;
+}
+
 // Counts since the process started (tests, zero-train's report): forwards run under checkpoint,
 // and recomputations done in backward.
 struct CheckpointCounts {

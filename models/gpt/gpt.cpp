@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 
 namespace zero::gpt {
@@ -97,7 +98,7 @@ at::Tensor Gpt::forward(const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   const at::Tensor embedding = compute(wte);  // tied: the input embedding and the output projection
   at::Tensor x = F::embedding(tokens, embedding) + compute(wpe).narrow(0, 0, T);
-  for (auto& block : blocks) x = block->forward(x);
+  x = zero::checkpointing::run_blocks(blocks, x, checkpoint_every);
   x = F::layer_norm(x, F::LayerNormFuncOptions({shape.channels}).weight(compute(lnfw)).bias(compute(lnfb)).eps(1e-5));
   // Only the real vocabulary: the padded rows take no part in softmax or loss.
   return x.matmul(embedding.narrow(0, 0, shape.vocab).t());
@@ -106,6 +107,19 @@ at::Tensor Gpt::forward(const at::Tensor& tokens) {
 at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   at::Tensor logits = forward(tokens);
   return torch::cross_entropy_loss(logits.reshape({-1, shape.vocab}).to(torch::kFloat), targets.reshape(-1));
+}
+
+ActivationBytes gpt_activation_bytes(const GptShape& s, int64_t rows, int64_t seq, int64_t checkpoint_every) {
+  const int64_t tokens = rows * seq;
+  const int64_t block = 4 * tokens * (16 * s.channels + s.heads * seq + 4) + seq * seq;
+  const int64_t input = 4 * tokens * s.channels;
+  const int64_t outside = 4 * tokens * (2 * s.channels + 2 + s.vocab);
+  ActivationBytes out;
+  out.without_checkpointing = outside + s.layers * block;
+  const int64_t every = checkpoint_every > 0 ? checkpoint_every : 1;
+  const int64_t checkpointed = (s.layers + every - 1) / every;
+  out.with_checkpointing = outside + checkpointed * input + (s.layers - checkpointed) * block + block;
+  return out;
 }
 
 void load_llmc(Gpt& model, const LlmcCheckpoint& checkpoint, const std::string& origin) {

@@ -33,9 +33,25 @@ struct Gpt : torch::nn::Module {
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
 
   GptShape shape;
+  // Activation checkpointing: blocks 0, k, 2k, ... run under checkpointing::checkpoint, keeping
+  // only their inputs and running again in backward (0: none).
+  int64_t checkpoint_every = 0;
   at::Tensor wte, wpe, lnfw, lnfb;
   std::vector<std::shared_ptr<zero::Unit<GptBlock>>> blocks;  // stage 3 shards block by block
 };
+
+// The activations autograd keeps for one micro-step of `rows` × `seq` tokens (fp32), counted from
+// GptBlock::forward's saved tensors: per block and token 16·C + NH·T + 4 floats (the block input,
+// both LayerNorm inputs and outputs, q, k and v made contiguous, the attention probabilities, the
+// attention output, the MLP's 4·C input and GELU output, LayerNorm statistics) and the causal
+// mask's T² bytes; outside the blocks 2·C + 2 + V floats per token (the final LayerNorm, the
+// log-softmax of the logits). With blocks 0, k, 2k, ... checkpointed, each of those keeps only
+// its input (C floats per token) and one block's activations exist again while it is recomputed.
+// Compared with the tracking allocator's peak in docs/PERFORMANCE.md.
+struct ActivationBytes {
+  int64_t without_checkpointing = 0, with_checkpointing = 0;
+};
+ActivationBytes gpt_activation_bytes(const GptShape& shape, int64_t rows, int64_t seq, int64_t checkpoint_every);
 
 // Copies an llm.c checkpoint's weights into `model`; an error naming the file and the field when
 // the shapes differ.

@@ -181,6 +181,7 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   Gpt model(shape);
   partitioned.reset();
   if (checkpoint) load_llmc(model, *checkpoint, options.init);
+  model.checkpoint_every = options.checkpoint_every;
   Engine engine(model, config, world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};

@@ -49,6 +49,9 @@ struct TrainerOptions {
   std::string save_dir;
   int64_t save_every = 0;
   bool resume = false;
+  // Activation checkpointing: blocks 0, k, 2k, ... keep only their inputs and run again in
+  // backward (0: off).
+  int64_t checkpoint_every = 0;
   // The trainer's values for the config's "auto" keys, as a Hugging Face trainer would give them
   // (world size, hidden size and total steps are filled in from the run itself).
   AutoContext auto_values;

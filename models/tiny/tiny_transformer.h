@@ -60,15 +60,7 @@ struct TinyTransformer : torch::nn::Module {
   // tokens [B, T] (int64) → logits [B, T, vocab]
   at::Tensor forward(const at::Tensor& tokens) {
     at::Tensor x = wte(tokens) + wpe(torch::arange(tokens.size(1), torch::kLong));
-    for (size_t l = 0; l < blocks.size(); ++l) {
-      auto block = blocks[l];
-      const int64_t every = options.checkpoint_every;
-      if (every > 0 && static_cast<int64_t>(l) % every == 0) {
-        x = zero::checkpointing::checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x, "h" + std::to_string(l));
-      } else {
-        x = block->forward(x);
-      }
-    }
+    x = zero::checkpointing::run_blocks(blocks, x, options.checkpoint_every);
     return lnf(x).matmul(wte->weight.t());
   }
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) {

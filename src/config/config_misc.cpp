@@ -137,6 +137,11 @@ void check_cross_key_rules(Config& c, Diagnostics& diag) {
     z.offload_optimizer.device = OffloadDevice::kNone;
     diag.record("zero_optimization.offload_optimizer.device", "none", ValueSource::kDefault);
   }
+  if (c.activation_checkpointing.partition_activations) {
+    diag.problem("activation_checkpointing.partition_activations",
+                 "partitions checkpointed activations across model-parallel ranks, and zerocpp has no model "
+                 "parallelism: set it to false (checkpointing itself works without it)");
+  }
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
     diag.problem("zero_optimization.offload_optimizer.ratio",
                  "partial offloading (ratio < 1) needs stage 3, as DeepSpeed 0.15+ requires");

@@ -143,8 +143,16 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
             z.offload_param.max_in_cpu != 1'000'000'000),
        "zero_optimization.offload_param.buffer_count/buffer_size/max_in_cpu",
        "not honoured: a unit's shard is read into one of two pooled buffers the size of the largest shard");
-  note(c.activation_checkpointing.partition_activations || c.activation_checkpointing.cpu_checkpointing,
-       "activation_checkpointing", "not implemented yet");
+  // Activation checkpointing is the model's to call (checkpointing::checkpoint); these options
+  // shape it on a GPU build.
+  const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
+  note(ac.cpu_checkpointing, "activation_checkpointing.cpu_checkpointing",
+       "no effect on a CPU build (the saved block inputs are in host memory already)");
+  note(ac.contiguous_memory_optimization, "activation_checkpointing.contiguous_memory_optimization",
+       "not honoured: each checkpoint keeps its own input tensor");
+  note(ac.synchronize_checkpoint_boundary, "activation_checkpointing.synchronize_checkpoint_boundary",
+       "no effect on a CPU build (no device stream to synchronize)");
+  note(ac.profile, "activation_checkpointing.profile", "not implemented yet");
   return out;
 }
 

@@ -59,14 +59,15 @@ TEST(ConfigSeeds, PatternB) {
   EXPECT_FALSE(c.activation_checkpointing.partition_activations);
 }
 
-TEST(ConfigSeeds, PatternCRejectsTensorAndPipelineParallel) {
+TEST(ConfigSeeds, PatternCRejectsTensorAndPipelineParallelAndPartitionedActivations) {
   try {
     Config::parse_file(example_config("pattern_c_3d.json"));
     FAIL() << "pattern C accepted";
   } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 2u) << e.what();
+    ASSERT_EQ(e.problems().size(), 3u) << e.what();
     EXPECT_EQ(e.problems()[0], "tensor_parallel.tp_size: tensor parallelism is not supported by zerocpp");
     EXPECT_EQ(e.problems()[1], "pipeline_parallel.pp_size: pipeline parallelism is not supported by zerocpp");
+    EXPECT_EQ(e.problems()[2].rfind("activation_checkpointing.partition_activations: ", 0), 0u) << e.problems()[2];
   }
 }
 
