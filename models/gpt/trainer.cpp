@@ -196,6 +196,17 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
                   config.train_batch_size, seq, micro, accumulation, options.steps, data.train.tokens(),
                   data.val ? fmt::format(", validation {} tokens", data.val->tokens()) : ""));
 
+  {
+    // The activations of one micro-step on this rank (fp32 compute), by gpt_activation_bytes.
+    const ActivationBytes a = gpt_activation_bytes(shape, micro, seq, std::max<int64_t>(1, options.checkpoint_every));
+    report.line(fmt::format(
+        "zero-train: activations per rank ~{:.1f} MB without activation checkpointing, ~{:.1f} MB with it{}",
+        a.without_checkpointing / 1e6, a.with_checkpointing / 1e6,
+        options.checkpoint_every > 0
+            ? (options.checkpoint_every == 1 ? std::string(" (on: every block)")
+                                             : fmt::format(" (on: every {}th block)", options.checkpoint_every))
+            : " (off: --activation-checkpointing)"));
+  }
   TrainerResult result;
   int64_t start_step = 0;
   if (options.resume) {

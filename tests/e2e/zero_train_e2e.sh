@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # zero-train as a user runs it: the same global batch gives the same losses at 1 rank stage 0,
-# 2 ranks stage 2, 3 ranks stage 1 and 2 ranks stage 3 (within 1e-5), and bad input is a clear error.
+# 2 ranks stage 2, 3 ranks stage 1 and 2 ranks stage 3 (within 1e-5), the same with activation
+# checkpointing (exactly), and bad input is a clear error.
 source "$(dirname "$0")/gpt_e2e_common.sh"
 run() {  # run RANKS STAGE → the loss column
   "$bin/zero-run" -n "$1" "$bin/zero-train" --config "$(config "$2")" --text "$src/README.md" --steps 10 \
@@ -18,6 +19,16 @@ for case in "2 2" "3 1" "2 3"; do
   fi
 done
 awk 'NR == 1 { first = $1 } END { exit !($1 < first) }' <<<"$reference" && echo "ok   loss falls" || { echo "FAIL loss does not fall"; fail=1; }
+# --activation-checkpointing: the same losses to the last digit (stage 3 at 2 ranks: the units
+# gathered again for the recomputation), and the start-up line says it is on.
+plain=$(run 2 3)
+log=$("$bin/zero-run" -n 2 "$bin/zero-train" --config "$(config 3)" --text "$src/README.md" --steps 10 \
+        --layers 2 --heads 2 --channels 32 --max-seq 16 --activation-checkpointing 2>&1)
+if [[ $(awk '/^step/ {print $5}' <<<"$log") == "$plain" ]] && grep -q "with it (on: every block)" <<<"$log"; then
+  echo "ok   --activation-checkpointing: the same 10 losses"
+else
+  echo "FAIL --activation-checkpointing"; paste <(echo "$plain") <(awk '/^step/ {print $5}' <<<"$log"); fail=1
+fi
 # Ctrl-C saves and stops; --resume continues with the same losses as a run never stopped.
 steps() {  # the "step N loss" pairs of a log
   awk '/^step/ { split($2, s, "/"); print s[1], $5 }' "$1"
