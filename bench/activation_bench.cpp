@@ -2,8 +2,10 @@
 // tracking allocator (the peak of live tensor bytes during forward and backward, over what the
 // model and its gradients hold), next to gpt_activation_bytes' formula; and the step time with
 // checkpointing as a ratio to without, measured side by side (alternating runs).
-//   bench_activation [--layers L] [--channels C] [--heads H] [--seqs 256,1024,4096] [--rows B]
-//                    [--repeats N]
+// With --budget-gb G: the longest context (in steps of --step tokens) whose forward and backward
+// fit in G GB of tensor memory beyond the model's (the tracker's budget), with and without.
+//   bench_activation [--layers L] [--channels C] [--heads H] [--seqs 256,1024] [--rows B]
+//                    [--repeats N] [--budget-gb G [--step T]]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <torch/torch.h>
@@ -49,7 +51,13 @@ int main(int argc, char** argv) {
   app.add_option("--seqs", seqs)->delimiter(',');
   app.add_option("--rows", rows)->capture_default_str();
   app.add_option("--repeats", repeats, "timed runs of each, alternating")->capture_default_str();
+  double budget_gb = 0;
+  int64_t step = 512, longest = 16384;
+  app.add_option("--budget-gb", budget_gb, "find the longest context within this much activation memory");
+  app.add_option("--step", step, "with --budget-gb: context lengths tried, in steps of this")->capture_default_str();
+  app.add_option("--longest", longest, "with --budget-gb: the longest context tried")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (budget_gb > 0) seqs = {longest};
   torch::set_num_threads(1);
   zero::keep_freed_memory();  // as zero-train: a step's activations reuse the last step's memory
   zero::MemoryTracker& tracker = zero::MemoryTracker::install();
@@ -59,6 +67,31 @@ int main(int argc, char** argv) {
   Gpt model(shape);
   fmt::print("bench_activation: GPT L={} C={} NH={} V={}, {} row(s), fp32, 1 thread\n", shape.layers, shape.channels,
              shape.heads, shape.vocab, rows);
+  if (budget_gb > 0) {
+    measure(model, rows, step, 0, tracker);  // the gradients, allocated once
+    const int64_t budget = tracker.current() + static_cast<int64_t>(budget_gb * 1e9);
+    for (int64_t every : {int64_t{0}, int64_t{1}}) {
+      int64_t fits = 0;
+      for (int64_t seq = step; seq <= longest; seq += step) {
+        tracker.set_budget(budget);
+        bool ok = true;
+        try {
+          measure(model, rows, seq, every, tracker);
+        } catch (const std::exception&) {
+          ok = false;
+        }
+        tracker.set_budget(0);
+        if (!ok) break;
+        fits = seq;
+        fmt::print("  T={} fits ({}), peak {:.2f} GB\n", seq, every ? "checkpointed" : "plain",
+                   (tracker.peak() - budget + static_cast<int64_t>(budget_gb * 1e9)) / 1e9);
+        std::fflush(stdout);
+      }
+      fmt::print("| {} | {:.1f} GB | longest context that trains: {} tokens |\n",
+                 every ? "with checkpointing" : "without", budget_gb, fits);
+    }
+    return 0;
+  }
   fmt::print("| T | measured MB | formula MB | measured MB, checkpointed | formula MB, checkpointed | ratio | step s | "
              "step s, checkpointed | time ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int64_t seq : seqs) {
