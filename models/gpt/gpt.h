@@ -47,9 +47,11 @@ struct Gpt : torch::nn::Module {
 // mask's T² bytes; outside the blocks 2·C + 2 + V floats per token (the final LayerNorm, the
 // log-softmax of the logits). With blocks 0, k, 2k, ... checkpointed, each of those keeps only
 // its input (C floats per token) and one block's activations exist again while it is recomputed.
-// Compared with the tracking allocator's peak in docs/PERFORMANCE.md.
+// The peak adds backward's working set in one block: two attention-sized gradients (2·NH·T² floats
+// per row). Compared with the tracking allocator's peak in docs/PERFORMANCE.md.
 struct ActivationBytes {
-  int64_t without_checkpointing = 0, with_checkpointing = 0;
+  int64_t without_checkpointing = 0, with_checkpointing = 0;  // peaks, the working set included
+  int64_t backward_working_set = 0;
 };
 ActivationBytes gpt_activation_bytes(const GptShape& shape, int64_t rows, int64_t seq, int64_t checkpoint_every);
 
