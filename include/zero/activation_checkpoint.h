@@ -62,6 +62,18 @@ struct CheckpointCounts {
 };
 CheckpointCounts counts();
 
+// activation_checkpointing.profile: per checkpoint name, the time of its forwards, of its
+// recomputations and of the backward through them (seconds, summed), while profiling is on (the
+// engine turns it on from the config; process-wide).
+struct CheckpointProfile {
+  std::string name;
+  int64_t calls = 0;
+  double forward_seconds = 0, recompute_seconds = 0, backward_seconds = 0;
+};
+void set_profiling(bool on);
+std::vector<CheckpointProfile> profile();  // in the order the names first ran
+void reset_profile();
+
 namespace detail {
 // True while a checkpoint's forward runs again in backward (stage 3 keeps a unit gathered for
 // the backward that follows at once, instead of freeing it and gathering it again).

@@ -321,6 +321,13 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
           (swap.bytes_written - swap_before.bytes_written) / timed_steps, step_seconds / timed_steps, timed_steps));
     }
   }
+  if (config.activation_checkpointing.profile && options.checkpoint_every > 0) {
+    // DeepSpeed's activation_checkpointing.profile: where the recomputation's time goes.
+    report.line("zero-train: activation checkpoints (rank 0): name, calls, forward s, recomputation s, backward s");
+    for (const auto& p : checkpointing::profile())
+      report.line(fmt::format("  {:<6} {:>6} {:>10.3f} {:>10.3f} {:>10.3f}", p.name, p.calls, p.forward_seconds,
+                              p.recompute_seconds, p.backward_seconds));
+  }
   const OpStats gathers = engine.comm_stats().total(CollectiveOp::kAllGather);
   result.all_gather_calls = gathers.calls;
   result.all_gather_seconds = gathers.seconds;

@@ -9,7 +9,9 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 
 #include "zero/error.h"
@@ -19,6 +21,25 @@ namespace {
 
 std::atomic<int64_t> forwards{0}, recomputations{0};
 thread_local int recomputing_depth = 0;
+
+std::atomic<bool> profiling{false};
+std::mutex profile_mutex;
+std::vector<CheckpointProfile> profiles;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Adds to `name`'s entry (created on first use).
+void add_profile(const std::string& name, double forward, double recompute, double backward, int64_t calls) {
+  std::lock_guard<std::mutex> lock(profile_mutex);
+  auto it = std::find_if(profiles.begin(), profiles.end(), [&](const CheckpointProfile& p) { return p.name == name; });
+  if (it == profiles.end()) it = profiles.insert(profiles.end(), CheckpointProfile{.name = name});
+  it->calls += calls;
+  it->forward_seconds += forward;
+  it->recompute_seconds += recompute;
+  it->backward_seconds += backward;
+}
 
 uint64_t hash_of(const at::Tensor& t) {
   if (!t.defined()) return 0;
@@ -57,6 +78,7 @@ class CheckpointBackward : public torch::autograd::Node {
       again.push_back(t);
     }
     std::vector<at::Tensor> outputs;
+    const auto recompute_start = std::chrono::steady_clock::now();
     {
       // The random state the first run saw, then the one backward had (dropout elsewhere in
       // backward, or the next step, must not notice).
@@ -74,6 +96,7 @@ class CheckpointBackward : public torch::autograd::Node {
       outputs = fn(again);
     }
     ++recomputations;
+    const double recompute_seconds = seconds_since(recompute_start);
     if (outputs.size() != hashes.size()) {
       throw Error("activation checkpoint \"" + label + "\": the recomputation returned " +
                       std::to_string(outputs.size()) + " outputs, the forward " + std::to_string(hashes.size()),
@@ -96,7 +119,9 @@ class CheckpointBackward : public torch::autograd::Node {
         root_grads.push_back(grads[j]);
       }
     }
+    const auto backward_start = std::chrono::steady_clock::now();
     if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+    if (profiling) add_profile(label, 0, recompute_seconds, seconds_since(backward_start), 0);
     torch::autograd::variable_list result;
     for (size_t i = 0; i < again.size(); ++i)
       result.push_back(again[i].defined() && needs_grad[i] ? again[i].grad() : at::Tensor());
@@ -135,11 +160,13 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
   }
   node->inputs = detached;
   std::vector<at::Tensor> outputs;
+  const auto start = std::chrono::steady_clock::now();
   {
     at::NoGradGuard no_grad;
     outputs = fn(detached);
   }
   ++forwards;
+  if (profiling) add_profile(name, seconds_since(start), 0, 0, 1);
   for (size_t k = 0; k < outputs.size(); ++k) {
     node->hashes.push_back(hash_of(outputs[k]));
     if (outputs[k].defined() && at::isFloatingType(outputs[k].scalar_type())) {
@@ -158,6 +185,18 @@ at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, co
                       const std::string& name) {
   return checkpoint([fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; }, {input},
                     name)[0];
+}
+
+void set_profiling(bool on) { profiling = on; }
+
+std::vector<CheckpointProfile> profile() {
+  std::lock_guard<std::mutex> lock(profile_mutex);
+  return profiles;
+}
+
+void reset_profile() {
+  std::lock_guard<std::mutex> lock(profile_mutex);
+  profiles.clear();
 }
 
 CheckpointCounts counts() { return {forwards.load(), recomputations.load()}; }

@@ -18,6 +18,7 @@
 #include "optim/cpu_kernels.h"
 #include "optim/flat_optimizer.h"
 #include "zero/allocator.h"
+#include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
@@ -152,7 +153,7 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
        "not honoured: each checkpoint keeps its own input tensor");
   note(ac.synchronize_checkpoint_boundary, "activation_checkpointing.synchronize_checkpoint_boundary",
        "no effect on a CPU build (no device stream to synchronize)");
-  note(ac.profile, "activation_checkpointing.profile", "not implemented yet");
+
   return out;
 }
 
@@ -184,6 +185,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       config, partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type());
   engine::verify_partitioned_units(partitioned, s.comm, dtype);
   if (config.bf16 || config.fp16.enabled) model.to(dtype);
+  checkpointing::set_profiling(config.activation_checkpointing.profile);
   {
     at::NoGradGuard no_grad;
     // Every rank starts from rank 0's weights and buffers.

@@ -55,6 +55,22 @@ TEST(ActivationCheckpoint, TheSameGradientsBitForBitWithDropout) {
   }
 }
 
+TEST(ActivationCheckpoint, TheProfileTimesForwardRecomputationAndBackward) {
+  ckpt::reset_profile();
+  ckpt::set_profiling(true);
+  grads_of(true, true);  // two blocks, both named "checkpoint"
+  ckpt::set_profiling(false);
+  const auto entries = ckpt::profile();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].name, "checkpoint");
+  EXPECT_EQ(entries[0].calls, 2);
+  EXPECT_GT(entries[0].forward_seconds, 0);
+  EXPECT_GT(entries[0].recompute_seconds, 0);
+  EXPECT_GT(entries[0].backward_seconds, 0);
+  grads_of(true, true);  // profiling off: nothing more
+  EXPECT_EQ(ckpt::profile()[0].calls, 2);
+}
+
 TEST(ActivationCheckpoint, SeveralOutputsAndFrozenParameters) {
   torch::manual_seed(5);
   torch::nn::Linear frozen(8, 8), trained(8, 8);
