@@ -8,8 +8,7 @@
 
 #include <filesystem>
 
-#include "dist_test_world.h"
-#include "models/tiny/tiny_transformer.h"
+#include "tiny_step.h"
 #include "zero/activation_checkpoint.h"
 #include "zero/engine.h"
 
@@ -40,22 +39,11 @@ CkptRun train(int stage, bool bf16, int64_t checkpoint_every, const std::string&
   zero::Engine engine(*model, config, test_world());
   engine.train();
   const int64_t micro = config.train_micro_batch_size_per_gpu;
-  // Each rank draws its own dropout masks, the same ones with and without checkpointing.
-  torch::manual_seed(1000 + test_world().rank());
   CkptRun run;
   const auto before = zero::checkpointing::counts();
-  for (int step = 0; step < 20; ++step) {
-    auto [tokens, targets] = zero::models::tiny_batch(24, o, 500 + step);
-    const int64_t first = test_world().rank() * micro;
-    torch::manual_seed(2000 + 100 * step + test_world().rank());
-    at::Tensor loss =
-        engine.forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
-    engine.backward(loss);
-    engine.step();
-    at::Tensor mean = torch::full({1}, loss.item<double>(), torch::kDouble);
-    test_world().communicator().all_reduce(mean, zero::ReduceOp::kAvg, {.async = false});
-    run.losses.push_back(mean.item<double>());
-  }
+  // tiny_batch seeds the CPU generator each step: the dropout masks follow from it, with and
+  // without checkpointing alike.
+  for (int step = 0; step < 20; ++step) run.losses.push_back(tiny_step(engine, *model, micro, step));
   run.counts = zero::checkpointing::counts();
   run.counts.forwards -= before.forwards;
   run.counts.recomputations -= before.recomputations;

@@ -9,8 +9,7 @@
 
 #include <filesystem>
 
-#include "dist_test_world.h"
-#include "models/tiny/tiny_transformer.h"
+#include "tiny_step.h"
 #include "zero/engine.h"
 #include "zero/init.h"
 #include "zero/unit.h"
@@ -62,15 +61,7 @@ UnitRun train(const std::string& offload, bool bf16, const Checkpointing& c = {}
   if (!c.load.empty()) engine.load_checkpoint(c.load);
   for (int step = c.first; step < c.last; ++step) {
     if (step == c.save_at) engine.save_checkpoint(c.save);
-    auto [tokens, targets] = zero::models::tiny_batch(24, o, 500 + step);
-    const int64_t first = test_world().rank() * micro;
-    at::Tensor loss =
-        engine.forward([&] { return model->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
-    engine.backward(loss);
-    engine.step();
-    at::Tensor mean = torch::full({1}, loss.item<double>(), torch::kDouble);
-    test_world().communicator().all_reduce(mean, zero::ReduceOp::kAvg, {.async = false});
-    run.losses.push_back(mean.item<double>());
+    run.losses.push_back(tiny_step(engine, *model, micro, step));
   }
   engine.gather_parameters();
   for (const auto& p : model->parameters()) run.weights.push_back(p.detach().to(torch::kFloat).clone());
