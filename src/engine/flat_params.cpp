@@ -1,7 +1,5 @@
 #include "engine/flat_params.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/GradMode.h>

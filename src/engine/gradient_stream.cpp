@@ -12,14 +12,11 @@
 namespace zero::engine {
 namespace {
 
-int64_t align_down(int64_t bytes) { return bytes / offload::kIoAlignment * offload::kIoAlignment; }
-int64_t align_up(int64_t bytes) { return align_down(bytes + offload::kIoAlignment - 1); }
-
 // No chunk larger than the largest tile's gradient segment: a chunk never spans two tiles.
 int64_t chunk_size(const std::vector<optim::Tile>& tiles, int64_t requested) {
   int64_t largest = 0;
   for (const optim::Tile& t : tiles) largest = std::max(largest, t.length);
-  return std::max(offload::kIoAlignment, std::min(align_down(requested), align_up(4 * largest)));
+  return std::max(offload::kIoAlignment, std::min(offload::io_align_down(requested), offload::io_align_up(4 * largest)));
 }
 
 }  // namespace
@@ -89,7 +86,7 @@ void GradientStream::append(const float* values, int64_t n) {
 
 void GradientStream::flush_chunk() {
   char* data = static_cast<char*>(chunks_[chunk_].data());
-  const int64_t bytes = align_up(chunk_fill_);  // the tail of a tile's segment is padding
+  const int64_t bytes = offload::io_align_up(chunk_fill_);  // the tail of a tile's segment is padding
   std::memset(data + chunk_fill_, 0, static_cast<size_t>(bytes - chunk_fill_));
   tickets_[chunk_] = swap_.file().write(chunk_offset_, data, bytes);
   chunk_ = (chunk_ + 1) % chunks_.size();
@@ -107,9 +104,9 @@ void GradientStream::read(int64_t offset, int64_t n, float* out) {
     const size_t i = tile_at(offset);
     const optim::Tile& t = tiles[i];
     const int64_t begin = swap_.gradient_offset(i) + 4 * (offset - t.offset);
-    const int64_t start = align_down(begin), skip = begin - start;
+    const int64_t start = offload::io_align_down(begin), skip = begin - start;
     const int64_t take = std::min({n, t.offset + t.length - offset, (chunk_bytes_ - skip) / 4});
-    swap_.file().wait(swap_.file().read(start, bounce_.data(), align_up(skip + 4 * take)));
+    swap_.file().wait(swap_.file().read(start, bounce_.data(), offload::io_align_up(skip + 4 * take)));
     std::memcpy(out, static_cast<const char*>(bounce_.data()) + skip, static_cast<size_t>(4 * take));
     offset += take;
     out += take;

@@ -68,7 +68,7 @@ OptimizerSwap::OptimizerSwap(const SwapOptions& options, std::vector<optim::Tile
 }
 
 int64_t OptimizerSwap::padded(int64_t elements) {
-  return (elements * 4 + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
+  return offload::io_align_up(elements * 4);
 }
 
 TileViews OptimizerSwap::views(size_t i, void* buffer) const {
@@ -134,7 +134,7 @@ void OptimizerSwap::update_state(int k, const std::function<void(optim::Tile, fl
 
 int64_t OptimizerSwap::buffer_bytes() const {
   int64_t total = 0;
-  for (const auto& b : buffers_) total += (b.bytes() + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
+  for (const auto& b : buffers_) total += offload::io_align_up(b.bytes());
   return total;
 }
 

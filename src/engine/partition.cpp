@@ -95,7 +95,7 @@ void Partition::make_master(Stage3* stage3) {
   stage3_ = stage3;
   // On NVMe the master is written out tile by tile (make_optimizer), never whole in memory.
   if (swap_options_) return;
-  if ( flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
+  if (flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
     // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
     // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
     master_ = flat_.whole();

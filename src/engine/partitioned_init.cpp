@@ -61,15 +61,13 @@ struct SpilledShard {
   at::ScalarType dtype = at::kFloat;
 };
 
-int64_t aligned(int64_t bytes) { return (bytes + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment; }
-
 // `shard` lies in `pages` (an aligned buffer of its own).
 std::function<at::Tensor()> spill(InitSpill& spill, const at::Tensor& shard, const offload::AlignedBuffer& pages) {
   auto s = std::make_shared<SpilledShard>();
   s->folder = spill.folder;
   s->numel = shard.numel();
   s->dtype = shard.scalar_type();
-  s->aligned_bytes = std::max(offload::kIoAlignment, aligned(static_cast<int64_t>(shard.nbytes())));
+  s->aligned_bytes = std::max(offload::kIoAlignment, offload::io_align_up(static_cast<int64_t>(shard.nbytes())));
   s->file = std::make_unique<offload::SwapFile>(spill.folder->path() + "/init-unit" + std::to_string(spill.files++) + ".swap",
                                                 s->aligned_bytes, spill.aio);
   s->file->wait(s->file->write(0, pages.data(), s->aligned_bytes));

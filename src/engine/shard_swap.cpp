@@ -11,7 +11,6 @@
 namespace zero::engine {
 namespace {
 
-int64_t aligned(int64_t bytes) { return (bytes + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment; }
 constexpr size_t kSpareBuffers = 2;
 
 }  // namespace
@@ -38,9 +37,9 @@ ShardSwap::ShardSwap(const SwapOptions& options, const std::vector<int64_t>& sha
   int64_t size = 0;
   for (int64_t b : shard_bytes) {
     offsets_.push_back(size);
-    bytes_.push_back(aligned(b));
-    size += aligned(b);
-    pool_->buffer_bytes = std::max(pool_->buffer_bytes, aligned(b));
+    bytes_.push_back(offload::io_align_up(b));
+    size += offload::io_align_up(b);
+    pool_->buffer_bytes = std::max(pool_->buffer_bytes, offload::io_align_up(b));
   }
   offload::check_swap_dir(options.dir, size, "zero_optimization.offload_param.nvme_path");
   folder_ = std::make_unique<offload::SwapFolder>(options.dir, options.rank);

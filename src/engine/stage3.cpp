@@ -1,7 +1,5 @@
 #include "engine/stage3.h"
 
-#include "zero/activation_checkpoint.h"
-
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -10,6 +8,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 
 namespace zero::engine {

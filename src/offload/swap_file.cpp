@@ -37,7 +37,7 @@ void unmap_pages(void* p, int64_t bytes) {
 }
 
 AlignedBuffer::AlignedBuffer(int64_t bytes)
-    : bytes_(bytes), mapped_(std::max(kIoAlignment, (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment)) {
+    : bytes_(bytes), mapped_(std::max(kIoAlignment, io_align_up(bytes))) {
   data_ = map_pages(mapped_);  // zero-filled by the kernel
 }
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept

@@ -22,6 +22,10 @@ namespace zero::offload {
 
 inline constexpr int64_t kIoAlignment = 4096;
 
+// `bytes` rounded up (down) to a multiple of kIoAlignment.
+constexpr int64_t io_align_up(int64_t bytes) { return (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
+constexpr int64_t io_align_down(int64_t bytes) { return bytes / kIoAlignment * kIoAlignment; }
+
 struct AioOptions {
   int64_t block_size = 1'048'576;  // bytes per submitted piece
   int64_t queue_depth = 8;         // pieces in flight at most
