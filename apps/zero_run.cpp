@@ -119,6 +119,11 @@ int main(int argc, char** argv) {
   app.add_option("--stop-grace", g_stop_grace_s, "seconds the ranks get to stop after Ctrl-C before the job is killed")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  double collective_timeout = -1;
+  app.add_option("--timeout", collective_timeout,
+                 "seconds a collective may wait before every waiting rank ends the job with an error naming the ranks "
+                 "that did not arrive (default: the config's zerocpp.collective_timeout, 1800; 0: never)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--dry-run", dry_run, "print the mpirun command and exit");
   CLI11_PARSE(app, argc, argv);
   o.program = app.remaining();
@@ -129,6 +134,7 @@ int main(int argc, char** argv) {
     // them what the user's end is (zero-train draws its progress bar only on a terminal).
     o.env = {{"ZERO_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0"}};
     for (auto& entry : read_env_files()) o.env.push_back(std::move(entry));
+    if (collective_timeout >= 0) o.env.emplace_back("ZERO_COLLECTIVE_TIMEOUT", fmt::format("{}", collective_timeout));
     for (const auto& kv : env_flags) {
       auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) throw zero::Error("--env " + kv + ": expected KEY=VALUE", "--env");

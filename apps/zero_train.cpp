@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
   app.add_option("--adam-epsilon", epsilon, std::string("Adam epsilon, ") + kAuto)->capture_default_str();
   app.add_option("--max-grad-norm", max_grad_norm, std::string("gradient clipping, ") + kAuto)->capture_default_str();
   app.add_option("--warmup-steps", warmup, std::string("scheduler warmup steps, ") + kAuto)->capture_default_str();
+  app.add_option("--metrics-port", o.metrics_port,
+                 "serve Prometheus metrics at http://127.0.0.1:PORT/metrics (rank r on PORT + local rank r); "
+                 "the config's \"prometheus\" block sets the host")
+      ->check(CLI::Range(0, 65535));
   bool no_bar = false;
   app.add_flag("--no-progress", no_bar, "no progress bar, even on a terminal");
   CLI11_PARSE(app, argc, argv);

@@ -5,7 +5,7 @@ include(CMakePackageConfigHelpers)
 set(ZERO_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/zerocpp)
 
 # zero's dependencies among the project's own libraries travel with it (all static).
-install(TARGETS zero_config zero_core zero_checkpoint zero_offload zero EXPORT zerocppTargets
+install(TARGETS zero_config zero_core zero_checkpoint zero_offload zero_monitor zero_metrics zero EXPORT zerocppTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

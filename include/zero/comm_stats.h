@@ -26,10 +26,21 @@ struct OpStats {
   double seconds = 0;         // summed over completed calls
 };
 
+// One completed collective, as CommStats::set_listener sees it.
+struct CollectiveRecord {
+  CollectiveOp op;
+  int64_t message_bytes;
+  double bus_bytes;
+  double seconds;  // from the call until completion was observed
+};
+
 class CommStats {
  public:
   void add(CollectiveOp op, int64_t elements, int64_t message_bytes, double bus_bytes);
-  void add_time(CollectiveOp op, int64_t message_bytes, double seconds);
+  void add_time(CollectiveOp op, int64_t message_bytes, double bus_bytes, double seconds);
+  // Called on the caller's thread for every completed collective (the comms logger's per-call
+  // lines, the metrics' latency histograms). Set it before collectives run; empty: none.
+  void set_listener(std::function<void(const CollectiveRecord&)> listener);
   // Totals of one op over all message sizes.
   OpStats total(CollectiveOp op) const;
   // Per (op, message bytes).
@@ -39,6 +50,7 @@ class CommStats {
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<CollectiveOp, int64_t>, OpStats> stats_;
+  std::function<void(const CollectiveRecord&)> listener_;
 };
 
 class CountingCommunicator : public Communicator {

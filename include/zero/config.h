@@ -143,6 +143,23 @@ struct CommsLoggerConfig {
   std::vector<std::string> prof_ops;
 };
 
+// zerocpp's own block (DeepSpeed has none): a Prometheus /metrics endpoint served by every rank
+// on port + local rank (docs/observability.md).
+struct PrometheusConfig {
+  bool enabled = false;
+  std::string host = "127.0.0.1";
+  int port = 9400;
+  std::string job_name = "zerocpp";  // the job_name label of every series
+};
+
+// The collective watchdog ("zerocpp": {"collective_timeout": s, "collective_warning": s}): a
+// rank that has waited in one collective longer than `warning` says so; after `timeout` every
+// waiting rank ends the job with an error naming the ranks that did not arrive. 0: off.
+struct WatchdogConfig {
+  double timeout_seconds = 1800;  // DeepSpeed's init_distributed default, 30 minutes
+  double warning_seconds = 60;
+};
+
 struct FlopsProfilerConfig {
   bool enabled = false;
   int64_t profile_step = 1;
@@ -150,6 +167,7 @@ struct FlopsProfilerConfig {
   int64_t top_modules = 1;
   bool detailed = true;
   std::string output_file;  // empty: stdout
+  double peak_tflops = 0;   // zerocpp's: one rank's peak for MFU; 0: measured by a GEMM at start-up
 };
 
 struct ActivationCheckpointingConfig {
@@ -248,6 +266,8 @@ class Config {
   MonitorConfig tensorboard, csv_monitor;
   CommsLoggerConfig comms_logger;
   FlopsProfilerConfig flops_profiler;
+  PrometheusConfig prometheus;
+  WatchdogConfig watchdog;
   ActivationCheckpointingConfig activation_checkpointing;
 
  private:

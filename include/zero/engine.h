@@ -67,6 +67,27 @@ struct SwapTraffic {
   int64_t bytes_written = 0;
 };
 
+// wall_clock_breakdown: where this rank's time went in its last optimizer step (the step's
+// micro-steps summed), in seconds. The collective latencies run from each call until its
+// completion is seen, and overlap the compute phases they were launched in.
+struct StepBreakdown {
+  double forward = 0, backward = 0;
+  double backward_inner = 0;   // autograd's backward (the reductions it launches overlap it)
+  double backward_reduce = 0;  // the reductions left after autograd finished
+  double step = 0;             // the optimizer step: norm, optimizer, parameter all-gather
+  double optimizer = 0;        // the optimizer's pass over the owned shards (CPU Adam, ...)
+  double optimizer_allgather = 0;
+  double all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // collective latencies, summed
+  double swap_in = 0, swap_out = 0;  // NVMe offload: time blocked on reads and on writes
+  double wall = 0;                   // the whole step, from the end of the previous one
+};
+
+// What the model costs per sample, for tokens/s and the flops profiler (Engine::set_model_cost).
+struct ModelCost {
+  int64_t tokens_per_sample = 0;
+  double flops_per_sample = 0;  // forward + backward model FLOPs (without recomputation)
+};
+
 // Parameters with their own weight decay (DeepSpeed's optimizer parameter groups), e.g. biases and
 // norms with none. Parameters in no group use optimizer.params.weight_decay.
 struct ParamGroup {
@@ -175,12 +196,21 @@ class Engine {
   SwapTraffic swap_traffic() const;
   // Collective calls, bytes and time of this engine's communicator since construction.
   const CommStats& comm_stats() const;
+  // wall_clock_breakdown's timers for the last optimizer step (measured whatever the config).
+  StepBreakdown last_step_breakdown() const;
+  // Tokens and FLOPs per sample: adds tokens/s to the metrics and turns on the flops profiler's
+  // FLOP/s and MFU (docs/observability.md).
+  void set_model_cost(const ModelCost& cost);
+  // The comms logger's table (comms_logger.enabled; empty otherwise), as the engine prints it on
+  // rank 0 when it is destroyed.
+  std::string comms_summary() const;
   const Config& config() const;
   // Settings of the config this engine accepts but does not act on yet, by key (also printed to
   // stderr by rank 0 at construction).
   const std::vector<std::string>& warnings() const;
 
  private:
+  void apply_step();  // step()'s work on the boundary: overflow check, clip, optimizer, all-gather
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -12,6 +12,7 @@
 
 #include "models/gpt/builtin_corpus.h"
 #include "models/gpt/gpt.h"
+#include "models/gpt/gpt_flops.h"
 #include "models/gpt/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
@@ -167,6 +168,10 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
 
   Config config = load_config(options, world, shape);
+  if (options.metrics_port >= 0) {
+    config.prometheus.enabled = true;
+    config.prometheus.port = options.metrics_port;
+  }
   // State on NVMe: resident memory is the point, so large blocks are returned when freed
   // (include/zero/allocator.h; zero-train otherwise keeps freed memory for speed).
   if (config.zero.offload_optimizer.device == OffloadDevice::kNvme ||
@@ -183,6 +188,11 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   if (checkpoint) load_llmc(model, *checkpoint, options.init);
   model.checkpoint_every = options.checkpoint_every;
   Engine engine(model, config, world);
+  {
+    // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
+    const GptFlops flops = gpt_flops_per_token(shape, seq, options.checkpoint_every);
+    engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = (flops.forward + flops.backward) * seq});
+  }
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
 

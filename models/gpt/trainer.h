@@ -55,6 +55,9 @@ struct TrainerOptions {
   // The trainer's values for the config's "auto" keys, as a Hugging Face trainer would give them
   // (world size, hidden size and total steps are filled in from the run itself).
   AutoContext auto_values;
+  // >= 0: serve Prometheus metrics on this port (+ local rank), as the config's "prometheus"
+  // block would (docs/observability.md); -1: as the config says.
+  int metrics_port = -1;
   bool progress_bar = false;    // a live bar under the step lines (the CLI sets it for a terminal)
   bool stop_on_signal = false;  // SIGINT/SIGTERM end the run after the current step
 };

@@ -13,9 +13,17 @@ void CommStats::add(CollectiveOp op, int64_t elements, int64_t message_bytes, do
   s.bus_bytes += bus_bytes;
 }
 
-void CommStats::add_time(CollectiveOp op, int64_t message_bytes, double seconds) {
+void CommStats::add_time(CollectiveOp op, int64_t message_bytes, double bus_bytes, double seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_[{op, message_bytes}].seconds += seconds;
+  }
+  if (listener_) listener_({op, message_bytes, bus_bytes, seconds});
+}
+
+void CommStats::set_listener(std::function<void(const CollectiveRecord&)> listener) {
   std::lock_guard<std::mutex> lock(mutex_);
-  stats_[{op, message_bytes}].seconds += seconds;
+  listener_ = std::move(listener);
 }
 
 OpStats CommStats::total(CollectiveOp op) const {

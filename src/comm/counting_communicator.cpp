@@ -13,8 +13,8 @@ using Clock = std::chrono::steady_clock;
 class TimedWork : public Work {
  public:
   TimedWork(std::shared_ptr<Work> inner, std::shared_ptr<CommStats> stats, CollectiveOp op, int64_t bytes,
-            Clock::time_point start)
-      : inner_(std::move(inner)), stats_(std::move(stats)), op_(op), bytes_(bytes), start_(start) {}
+            double bus_bytes, Clock::time_point start)
+      : inner_(std::move(inner)), stats_(std::move(stats)), op_(op), bytes_(bytes), bus_bytes_(bus_bytes), start_(start) {}
   void wait() override {
     inner_->wait();
     record();
@@ -30,12 +30,13 @@ class TimedWork : public Work {
   void record() {
     if (recorded_) return;
     recorded_ = true;
-    stats_->add_time(op_, bytes_, std::chrono::duration<double>(Clock::now() - start_).count());
+    stats_->add_time(op_, bytes_, bus_bytes_, std::chrono::duration<double>(Clock::now() - start_).count());
   }
   std::shared_ptr<Work> inner_;
   std::shared_ptr<CommStats> stats_;
   CollectiveOp op_;
   int64_t bytes_;
+  double bus_bytes_;
   Clock::time_point start_;
   bool recorded_ = false;
 };
@@ -53,11 +54,12 @@ std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, bool blocking
                                                   const std::function<std::shared_ptr<Work>()>& launch) {
   const int64_t elements = message ? message->numel() : 0;
   const int64_t bytes = message ? static_cast<int64_t>(message->nbytes()) : 0;
-  stats_->add(op, elements, bytes, bus_factor * static_cast<double>(bytes));
+  const double bus_bytes = bus_factor * static_cast<double>(bytes);
+  stats_->add(op, elements, bytes, bus_bytes);
   // Note: the clock starts before the backend call, so the time covers the launch (and the
   // consistency check) as well as the transfer.
   auto start = Clock::now();
-  auto work = std::make_shared<TimedWork>(launch(), stats_, op, bytes, start);
+  auto work = std::make_shared<TimedWork>(launch(), stats_, op, bytes, bus_bytes, start);
   if (blocking) work->wait();  // already complete: records its time now (nobody waits on it later)
   return work;
 }

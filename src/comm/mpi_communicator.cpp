@@ -7,6 +7,7 @@
 
 #include "comm/collective_checks.h"
 #include "comm/mpi_work.h"
+#include "comm/progress.h"
 #include "zero/error.h"
 
 namespace zero::comm_detail {
@@ -116,7 +117,10 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
     both[i + 5] = -mine[i];
   }
   queue_->start_all();  // a blocking collective comes after every one already called
-  check(MPI_Allreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_), "consistency check");
+  {
+    comm_detail::BlockedScope blocked(to_string(op));  // a rank that never comes is seen waiting here first
+    check(MPI_Allreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_), "consistency check");
+  }
   std::string name = to_string(op);
   if (local_error) std::rethrow_exception(local_error);
   if (both[0] >= 0)
@@ -152,6 +156,7 @@ std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const Collective
                                               std::vector<MpiPiece> pieces, std::vector<at::Tensor> keep_alive) {
   if (!options.async) {
     queue_->start_all();  // a blocking collective comes after every one already called
+    comm_detail::BlockedScope blocked(what);
     check(run_pieces(pieces), what);
     return std::make_shared<CompletedWork>();
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include "comm/progress.h"
 #include "util/debug_buffers.h"
 #include "zero/error.h"
 
@@ -127,6 +128,8 @@ bool PieceQueue::test(Collective& c) {
 }
 
 void PieceQueue::wait(Collective& c) {
+  if (c.remaining == 0) return;
+  BlockedScope blocked(c.what.c_str());
   // Oldest first: c's pieces start only after every piece queued before them.
   while (c.remaining > 0) {
     if (in_flight_.empty()) start_more();

@@ -53,6 +53,8 @@ Config Config::parse(const std::string& json_text, const std::string& origin, bo
   ObjectReader root(&document, "", diag, config_detail::UnknownKeys::kIgnore);
   ObjectReader own = root.child("zerocpp");  // zerocpp's own keys; DeepSpeed ignores the block
   if (own.get_bool("strict", false)) diag.strict = true;
+  c.watchdog.timeout_seconds = own.get_double("collective_timeout", 1800, 0);
+  c.watchdog.warning_seconds = own.get_double("collective_warning", 60, 0);
   own.finish();
 
   bool is_auto = false;

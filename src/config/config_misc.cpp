@@ -59,6 +59,14 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   read_service("comet", {"samples_log_interval", "project", "workspace", "api_key", "experiment_name", "experiment_key",
                          "online", "mode"});
 
+  ObjectReader prom = root.child("prometheus");  // zerocpp's own block: unknown keys refused
+  PrometheusConfig& p = config.prometheus;
+  p.enabled = prom.get_bool("enabled", false);
+  p.host = prom.get_string("host", "127.0.0.1");
+  p.port = static_cast<int>(prom.get_int("port", 9400, 0, 65535));  // 0: any free port
+  p.job_name = prom.get_string("job_name", "zerocpp");
+  prom.finish();
+
   ObjectReader cl = root.child("comms_logger");  // a pydantic block in DeepSpeed
   CommsLoggerConfig& c = config.comms_logger;
   c.enabled = cl.get_bool("enabled", false);
@@ -77,6 +85,7 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag) {
   f.top_modules = fp.get_int("top_modules", 1, 1);
   f.detailed = fp.get_bool("detailed", true);
   f.output_file = fp.get_string("output_file", "");
+  f.peak_tflops = fp.get_double("peak_tflops", 0.0, 0.0);
   fp.finish();
 
   ObjectReader ac = root.child("activation_checkpointing", UnknownKeys::kIgnore);

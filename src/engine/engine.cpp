@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "comm/progress.h"
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
@@ -119,11 +120,9 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   note(c.grad_accum_dtype != CommDType::kFp32 || (sixteen_bit && c.zero.stage < 2 && c.gradient_accumulation_steps > 1),
        "data_types.grad_accum_dtype", "not honoured: stage 2 accumulates in fp32, stages 0/1 in the model's dtype");
   note(c.fp16.auto_cast, "fp16.auto_cast", "not implemented yet: give the model fp16 inputs");
-  note(c.wall_clock_breakdown, "wall_clock_breakdown", "not implemented yet");
-  note(c.memory_breakdown, "memory_breakdown", "not implemented yet (Engine::memory_report gives the figures)");
-  note(c.tensorboard.enabled || c.csv_monitor.enabled, "tensorboard/csv_monitor", "not implemented yet");
-  note(c.comms_logger.enabled, "comms_logger", "not implemented yet (Engine::comm_stats gives the counts)");
-  note(c.flops_profiler.enabled, "flops_profiler", "not implemented yet");
+  // The flops profiler counts the whole model from Engine::set_model_cost: no per-module table.
+  note(c.flops_profiler.enabled && (c.flops_profiler.module_depth != -1 || c.flops_profiler.top_modules != 1),
+       "flops_profiler.module_depth/top_modules", "no per-module breakdown: the profile is of the whole model");
   // A CPU build has no device: the offloaded states stay where they are, with nothing to pin or
   // to split between a device and the host.
   const bool offloading = z.offload_optimizer.device == OffloadDevice::kCpu || z.offload_param.device == OffloadDevice::kCpu;
@@ -248,6 +247,11 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
         param_swap_options(config, world.rank()));
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
+  s.telemetry = std::make_unique<engine::Telemetry>(config, world, *s.stats);
+  comm_detail::WatchdogOptions watch =
+      comm_detail::watchdog_options(config.watchdog.timeout_seconds, config.watchdog.warning_seconds);
+  watch.on_wait = [telemetry = s.telemetry.get()](double seconds) { telemetry->on_wait(seconds); };
+  s.watchdog = comm_detail::Watchdog::start(world, watch);
   s.partition->make_master(s.stage3.get());
   s.partition->make_optimizer(config.optimizer, groups, config.zero.sub_group_size, world.rank());
   const bool offloading = config.zero.offload_optimizer.device != OffloadDevice::kNone ||
@@ -274,14 +278,35 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
 
 Engine::~Engine() = default;
 
+namespace {
+
+// memory_breakdown prints on the boundary micro-step of a print step.
+bool prints_memory(const Engine& e, const Config& c) {
+  return c.memory_breakdown && c.steps_per_print > 0 && e.is_gradient_accumulation_boundary() &&
+         (e.global_steps() + 1) % c.steps_per_print == 0;
+}
+
+}  // namespace
+
 at::Tensor Engine::forward(const std::function<at::Tensor()>& fn) {
-  if (!state_->stage3) return fn();
-  struct Scope {  // the forward's unit order is followed even if fn throws half-way
-    engine::Stage3& stage3;
-    explicit Scope(engine::Stage3& s) : stage3(s) { stage3.begin_forward(); }
-    ~Scope() { stage3.end_forward(); }
-  } scope(*state_->stage3);
-  return fn();
+  State& s = *state_;
+  comm_detail::set_progress_step(s.global_steps + 1);
+  at::Tensor out;
+  {
+    auto timed = s.telemetry->time(engine::Phase::kForward);
+    if (!s.stage3) {
+      out = fn();
+    } else {
+      struct Scope {  // the forward's unit order is followed even if fn throws half-way
+        engine::Stage3& stage3;
+        explicit Scope(engine::Stage3& s) : stage3(s) { stage3.begin_forward(); }
+        ~Scope() { stage3.end_forward(); }
+      } scope(*s.stage3);
+      out = fn();
+    }
+  }
+  if (prints_memory(*this, s.config)) s.telemetry->memory_line("forward", s.global_steps + 1, memory_report());
+  return out;
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
@@ -292,11 +317,22 @@ void Engine::backward(const at::Tensor& loss) {
   State& s = *state_;
   const bool boundary = is_gradient_accumulation_boundary();
   s.boundary_unreduced = boundary && s.no_sync;
-  s.reducer->begin_backward(!s.no_sync && (s.config.zero.stage >= 2 || boundary));
-  // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
-  (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward();
-  s.reducer->end_backward();
-  if (s.stage3) s.stage3->release_all();  // units whose output never reached the loss
+  if (s.telemetry->wants_loss()) s.telemetry->record_loss(loss.item<double>());
+  {
+    auto timed = s.telemetry->time(engine::Phase::kBackward);
+    s.reducer->begin_backward(!s.no_sync && (s.config.zero.stage >= 2 || boundary));
+    {
+      auto inner = s.telemetry->time(engine::Phase::kBackwardInner);
+      // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
+      (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward();
+    }
+    {
+      auto reduce = s.telemetry->time(engine::Phase::kBackwardReduce);
+      s.reducer->end_backward();
+    }
+    if (s.stage3) s.stage3->release_all();  // units whose output never reached the loss
+  }
+  if (prints_memory(*this, s.config)) s.telemetry->memory_line("backward", s.global_steps + 1, memory_report());
 }
 
 void Engine::step() {
@@ -311,6 +347,27 @@ void Engine::step() {
         "no_sync", s.world.rank());
   }
   ++s.global_steps;
+  const bool print = s.config.steps_per_print > 0 && s.global_steps % s.config.steps_per_print == 0;
+  {
+    auto timed = s.telemetry->time(engine::Phase::kStep);
+    apply_step();
+  }
+  if (print && s.config.memory_breakdown) s.telemetry->memory_line("step", s.global_steps, memory_report());
+  engine::StepRecord record;
+  record.step = s.global_steps;
+  record.samples = global_samples();
+  record.applied = s.step_applied;
+  record.lr = get_lr();
+  record.loss_scale = loss_scale();
+  record.grad_norm = s.grad_norm;
+  record.skipped_steps = s.skipped_steps;
+  record.memory = memory_report();
+  record.swap = swap_traffic();
+  s.telemetry->end_step(record, print);
+}
+
+void Engine::apply_step() {
+  State& s = *state_;
   if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
   at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
   const double average = s.reducer->averaging_factor();
@@ -350,8 +407,14 @@ void Engine::step() {
                            .step = s.applied_steps + 1,
                            .grad_scale = average / combined};
   if (auto betas = s.schedule.betas()) std::tie(params.beta1, params.beta2) = *betas;
-  s.partition->step(grads, params);
-  s.partition->sync_parameters();
+  {
+    auto timed = s.telemetry->time(engine::Phase::kOptimizer);
+    s.partition->step(grads, params);
+  }
+  {
+    auto timed = s.telemetry->time(engine::Phase::kOptimizerAllGather);
+    s.partition->sync_parameters();
+  }
   s.schedule.step();
   s.scaler.update(false);
   s.reducer->zero();
@@ -386,6 +449,9 @@ double Engine::get_lr() const { return state_->schedule.lr(); }
 double Engine::get_global_grad_norm() const { return state_->grad_norm; }
 double Engine::loss_scale() const { return state_->config.fp16.enabled ? state_->scaler.scale() : 1.0; }
 const CommStats& Engine::comm_stats() const { return *state_->stats; }
+StepBreakdown Engine::last_step_breakdown() const { return state_->telemetry->last_breakdown(); }
+void Engine::set_model_cost(const ModelCost& cost) { state_->telemetry->set_model_cost(cost); }
+std::string Engine::comms_summary() const { return state_->telemetry->comms_summary(); }
 const Config& Engine::config() const { return state_->config; }
 const std::vector<std::string>& Engine::warnings() const { return state_->warnings; }
 

@@ -11,6 +11,8 @@
 #include "engine/grad_reducer.h"
 #include "engine/partition.h"
 #include "engine/stage3.h"
+#include "engine/telemetry.h"
+#include "comm/watchdog.h"
 #include "zero/comm_stats.h"
 #include "zero/engine.h"
 #include "zero/loss_scaler.h"
@@ -38,6 +40,9 @@ struct Engine::State {
   torch::nn::Module* model = nullptr;
   bool no_sync = false;             // inside a NoSync
   bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
+  // After `stats` (its listener goes first) and before the watchdog (which reports to it).
+  std::unique_ptr<engine::Telemetry> telemetry;
+  std::unique_ptr<comm_detail::Watchdog> watchdog;
 
   State(const Config& c, World& w)
       : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}

@@ -9,7 +9,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <filesystem>
 #include <string_view>
@@ -24,7 +26,14 @@ namespace {
 
 std::string errno_text(int code) { return std::strerror(code); }
 
+// Nanoseconds blocked, for io_wait_seconds().
+std::atomic<int64_t> read_wait_ns{0}, write_wait_ns{0};
+
 }  // namespace
+
+IoWaitSeconds io_wait_seconds() {
+  return {.read = static_cast<double>(read_wait_ns.load()) * 1e-9, .write = static_cast<double>(write_wait_ns.load()) * 1e-9};
+}
 
 void* map_pages(int64_t bytes) {
   void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -127,6 +136,7 @@ IoTicket SwapFile::submit(bool write, int64_t offset, char* buffer, int64_t byte
     queued_.push_back({write, offset + done, std::min(options_.block_size, bytes - done), buffer + done, ticket});
   }
   pieces_left_.push_back(pieces);
+  ticket_writes_.push_back(write);
   pump();
   if (pieces == 0) reap(false);  // an empty request is complete at once
   return ticket;
@@ -184,14 +194,21 @@ void SwapFile::reap(bool block) {
   }
   while (!pieces_left_.empty() && pieces_left_.front() == 0) {
     pieces_left_.erase(pieces_left_.begin());
+    ticket_writes_.erase(ticket_writes_.begin());
     ++first_open_;
   }
 }
 
 void SwapFile::wait(IoTicket ticket) {
-  while (first_open_ <= ticket && first_open_ < next_ticket_) {
-    pump();
-    reap(true);
+  if (first_open_ <= ticket && first_open_ < next_ticket_) {
+    const bool write = ticket_writes_[static_cast<size_t>(std::min(ticket, next_ticket_ - 1) - first_open_)];
+    const auto start = std::chrono::steady_clock::now();
+    while (first_open_ <= ticket && first_open_ < next_ticket_) {
+      pump();
+      reap(true);
+    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    (write ? write_wait_ns : read_wait_ns) += ns;
   }
   if (!error_.empty()) {
     const std::string message = error_;

@@ -58,6 +58,13 @@ class AlignedBuffer {
 
 using IoTicket = uint64_t;
 
+// Seconds threads spent blocked in SwapFile::wait, over every swap file of the process: waits for
+// a read (swap-in) and for a write (swap-out), wall_clock_breakdown's swap timers.
+struct IoWaitSeconds {
+  double read = 0, write = 0;
+};
+IoWaitSeconds io_wait_seconds();
+
 class SwapFile {
  public:
   SwapFile(std::string path, int64_t bytes, const AioOptions& options = {});
@@ -100,6 +107,7 @@ class SwapFile {
   int64_t in_flight_ = 0;
   IoTicket next_ticket_ = 1;
   std::vector<int64_t> pieces_left_;  // per ticket still open (index ticket - first_open_)
+  std::vector<bool> ticket_writes_;   // per ticket still open: a write (else a read)
   IoTicket first_open_ = 1;
   std::string error_;
   int64_t bytes_read_ = 0, bytes_written_ = 0;

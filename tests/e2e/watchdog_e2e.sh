@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The collective watchdog: no stuck rank goes unseen (src/comm/watchdog.h).
+# - a rank that skips one all-reduce and stays away: rank 0 warns, then ends the job within the
+#   timeout plus a few seconds, naming rank 1 and what it is doing;
+# - a stopped rank (SIGSTOP) among three: the waiting ranks name it as not answering;
+# - zero-train under zero-run --timeout with one rank stopped: the job ends with the error, and
+#   nothing is written to the checkpoint directory.
+# ARGS: BIN_DIR SOURCE_DIR TESTS_BIN_DIR
+set -u
+bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd) tests=$(cd "$3" && pwd)
+tmp=$(mktemp -d)
+trap 'pkill -CONT -x watchdog_probe; pkill -CONT -x zero-train; rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=1
+fail=0
+mpi=(mpirun --oversubscribe --bind-to none)
+[[ $(id -u) -eq 0 ]] && mpi+=(--allow-run-as-root)
+rank_pid() {  # rank_pid NAME RANK: the pid of the process NAME whose MPI rank is RANK
+  for pid in $(pgrep -x "$1"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$pid"; return; }
+  done
+}
+expect() {  # expect LOG PATTERN WHAT
+  grep -qE "$2" "$1" || { echo "FAIL $3: no line matching '$2' in:"; cat "$1"; fail=1; }
+}
+
+# 1. A skipped collective.
+start=$(date +%s%N)
+"${mpi[@]}" -np 2 "$tests/watchdog_probe" --skip-rank 1 --skip-step 3 --away 60 --timeout 3 --warning 1 \
+  > "$tmp/skip.log" 2>&1
+status=$?
+elapsed=$((($(date +%s%N) - start) / 1000000))
+[[ $status -ne 0 ]] || { echo "FAIL skip: the job ended with status 0"; fail=1; }
+echo "skip: ended after $elapsed ms (timeout 3 s)"
+((elapsed < (3 + 6) * 1000)) || { echo "FAIL skip: took $elapsed ms"; fail=1; }
+expect "$tmp/skip.log" 'warning: rank 0 has waited [0-9]+ s in all_reduce of step 3; did not arrive: rank 1 \(running step 3, in no collective\)' "skip warning"
+expect "$tmp/skip.log" 'error: rank 0: collective timeout \(3 s\) in all_reduce of step 3; did not arrive: rank 1 \(running step 3, in no collective\)' "skip error"
+
+# 2. A stopped rank among three.
+"${mpi[@]}" -np 3 "$tests/watchdog_probe" --steps 1000000 --step-seconds 0.01 --timeout 4 --warning 2 \
+  > "$tmp/stop.log" 2>&1 &
+job=$!
+sleep 3
+victim=$(rank_pid watchdog_probe 1)
+[[ -n $victim ]] || { echo "FAIL stop: rank 1 not found"; fail=1; }
+start=$(date +%s%N)
+kill -STOP "$victim"
+wait $job
+status=$?
+elapsed=$((($(date +%s%N) - start) / 1000000))
+echo "stop: ended $elapsed ms after SIGSTOP (timeout 4 s)"
+[[ $status -ne 0 ]] || { echo "FAIL stop: the job ended with status 0"; fail=1; }
+((elapsed < (4 + 6) * 1000)) || { echo "FAIL stop: took $elapsed ms"; fail=1; }
+expect "$tmp/stop.log" 'error: rank [02]: collective timeout \(4 s\) in [a-z_]+ of step [0-9]+; did not arrive: rank 1 \(no answer: stopped, dead or unreachable\)' "stop error"
+
+# 3. zero-train under zero-run --timeout, rank 1 stopped mid-run: an error, no checkpoint.
+mkdir -p "$tmp/ckpt"
+"$bin/zero-run" -n 2 --timeout 5 "$bin/zero-train" --steps 100000 --print-every 1 --no-progress \
+  --layers 1 --heads 2 --channels 32 --max-seq 16 --save-dir "$tmp/ckpt" --save-every 1000000 > "$tmp/train.log" 2>&1 &
+job=$!
+for _ in $(seq 1 100); do grep -q '^step' "$tmp/train.log" && break; sleep 0.2; done
+victim=$(rank_pid zero-train 1)
+[[ -n $victim ]] || { echo "FAIL train: rank 1 not found"; cat "$tmp/train.log"; fail=1; }
+start=$(date +%s%N)
+kill -STOP "$victim"
+wait $job
+status=$?
+elapsed=$((($(date +%s%N) - start) / 1000000))
+echo "zero-train: ended $elapsed ms after SIGSTOP (timeout 5 s)"
+[[ $status -ne 0 ]] || { echo "FAIL train: the job ended with status 0"; fail=1; }
+((elapsed < (5 + 8) * 1000)) || { echo "FAIL train: took $elapsed ms"; fail=1; }
+expect "$tmp/train.log" 'error: rank 0: collective timeout \(5 s\) in [a-z_]+ of step [0-9]+; did not arrive: rank 1 \(no answer: stopped, dead or unreachable\)' "train error"
+[[ -z $(ls -A "$tmp/ckpt") ]] || { echo "FAIL train: the failing job wrote into the checkpoint directory:"; ls -R "$tmp/ckpt"; fail=1; }
+
+[[ $fail -eq 0 ]] && echo "watchdog_e2e: all passed"
+exit $fail
