@@ -54,7 +54,8 @@ expect "$tmp/stop.log" 'error: rank [02]: collective timeout \(4 s\) in [a-z_]+ 
 
 # 3. zero-train under zero-run --timeout, rank 1 stopped mid-run: an error, no checkpoint.
 mkdir -p "$tmp/ckpt"
-"$bin/zero-run" -n 2 --timeout 5 "$bin/zero-train" --steps 100000 --print-every 1 --no-progress \
+port=$((20000 + RANDOM % 20000))
+"$bin/zero-run" -n 2 --timeout 5 "$bin/zero-train" --steps 100000 --print-every 1 --no-progress --metrics-port $port \
   --layers 1 --heads 2 --channels 32 --max-seq 16 --save-dir "$tmp/ckpt" --save-every 1000000 > "$tmp/train.log" 2>&1 &
 job=$!
 for _ in $(seq 1 100); do grep -q '^step' "$tmp/train.log" && break; sleep 0.2; done
@@ -62,6 +63,14 @@ victim=$(rank_pid zero-train 1)
 [[ -n $victim ]] || { echo "FAIL train: rank 1 not found"; cat "$tmp/train.log"; fail=1; }
 start=$(date +%s%N)
 kill -STOP "$victim"
+# Before the timeout, rank 0's gauge shows the wait (its metrics thread still answers).
+sleep 3
+wait_seconds=$(python3 -c "
+import re, urllib.request
+text = urllib.request.urlopen('http://127.0.0.1:$port/metrics', timeout=2).read().decode()
+print(re.search(r'^deepspeed:collective_wait_seconds\{[^}]*\} (\S+)$', text, re.M).group(1))")
+echo "zero-train: rank 0's deepspeed:collective_wait_seconds 3 s after SIGSTOP: $wait_seconds"
+awk -v w="$wait_seconds" 'BEGIN { exit !(w >= 2 && w < 5) }' || { echo "FAIL train: the wait gauge reads '$wait_seconds'"; fail=1; }
 wait $job
 status=$?
 elapsed=$((($(date +%s%N) - start) / 1000000))
