@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "models/gpt/gpt_flops.h"
 #include "models/gpt/sampler.h"
 #include "tests/gpt_reference.h"
 #include "zero/error.h"
@@ -132,5 +133,27 @@ TEST(GptActivations, TheFormulaByHandAndAgainstTheTracker) {
       // Saved: each block's input and what lies outside the blocks (no block is recomputed yet).
       EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(outside + 3 * 4 * tokens * 32), 1.0, 0.10) << kept;
     }
+  }
+}
+
+// The FLOPs the flops profiler counts, against PaLM's model-FLOPs formula (Chowdhery et al. 2022,
+// appendix B): 6N + 12·L·C·T per token, N the matmul weights, counted here from the model's own
+// parameters (2-D weights; the logits use wte's real rows, the position table is no matmul).
+TEST(GptFlops, PerTokenIsPalmsSixNPlusTwelveLCT) {
+  const zero::gpt::GptShape s{.max_seq = 64, .vocab = 300, .layers = 3, .heads = 4, .channels = 48, .padded_vocab = 320};
+  torch::manual_seed(1);
+  zero::gpt::Gpt model(s);
+  double n = static_cast<double>(s.vocab) * s.channels;  // the tied output projection's real rows
+  for (const auto& block : model.blocks)
+    for (const auto& p : block->parameters())
+      if (p.dim() == 2) n += static_cast<double>(p.numel());
+  for (int64_t seq : {16, 64}) {
+    const zero::gpt::GptFlops f = zero::gpt::gpt_flops_per_token(s, seq, 0);
+    EXPECT_EQ(f.forward + f.backward, 6 * n + 12.0 * s.layers * s.channels * seq) << "T " << seq;
+    EXPECT_EQ(f.backward, 2 * f.forward);
+    EXPECT_EQ(f.recompute, 0);
+    // Checkpointing blocks 0 and 2 of 3 runs their forward again.
+    const zero::gpt::GptFlops c = zero::gpt::gpt_flops_per_token(s, seq, 2);
+    EXPECT_EQ(c.recompute, 2 * (24.0 * s.channels * s.channels + 4.0 * s.channels * seq));
   }
 }
