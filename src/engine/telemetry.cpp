@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "offload/swap_file.h"
+#include "zero/error.h"
 #include "zero/memory_tracker.h"
 
 namespace zero::engine {
@@ -89,6 +90,10 @@ Telemetry::Telemetry(const Config& config, World& world, CommStats& stats)
   }
   if (config.memory_breakdown || config.prometheus.enabled) MemoryTracker::install();
   if (config.flops_profiler.enabled) {
+    const std::string& file = config.flops_profiler.output_file;
+    if (!file.empty() && world.rank() == 0 && !std::ofstream(file, std::ios::app)) {
+      throw Error("flops_profiler.output_file: cannot write " + file, "flops_profiler.output_file", world.rank());
+    }
     peak_flops_ = config.flops_profiler.peak_tflops > 0 ? config.flops_profiler.peak_tflops * 1e12 : measured_peak_flops();
   }
   for (int i = 0; i < 6; ++i) comm_seconds_before_[static_cast<size_t>(i)] = stats_.total(kOps[i]).seconds;
@@ -216,14 +221,16 @@ void Telemetry::memory_line(const char* after, int64_t step, const MemoryReport&
   MemoryTracker& tracker = MemoryTracker::install();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  const int64_t rss = resident_bytes();
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
   fmt::print(
       "[Rank 0] memory after {} (step {}) | model state MB: parameters {:.2f}, gradients {:.2f}, master {:.2f}, "
       "optimizer {:.2f}, buckets {:.2f}, swap buffers {:.2f} | allocator MB: live {:.2f}, peak {:.2f} | RSS MB: {:.2f}, "
       "peak {:.2f}\n",
       after, step, mb(r.parameters), mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state), mb(r.buckets),
-      mb(r.swap_buffers), mb(tracker.current()), mb(tracker.peak()), mb(resident_bytes()),
-      static_cast<double>(usage.ru_maxrss) / 1024.0);
+      mb(r.swap_buffers), mb(tracker.current()), mb(tracker.peak()), mb(rss),
+      // The kernel's high-water mark lags the current RSS until it next updates it.
+      std::max(mb(rss), static_cast<double>(usage.ru_maxrss) / 1024.0));
   std::fflush(stdout);
 }
 
@@ -248,7 +255,9 @@ void Telemetry::profile_flops(const StepRecord& record) {
     fmt::print("{}", text);
     std::fflush(stdout);
   } else {
-    std::ofstream(config_.flops_profiler.output_file, std::ios::app) << text;
+    std::ofstream out(config_.flops_profiler.output_file, std::ios::app);
+    out << text;
+    if (!out) std::fprintf(stderr, "zerocpp: warning: flops profiler: could not write %s\n", config_.flops_profiler.output_file.c_str());
   }
 }
 
