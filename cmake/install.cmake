@@ -9,7 +9,7 @@ install(TARGETS zero_config zero_core zero_checkpoint zero_offload zero_monitor 
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS zero-run zero-train zero-config zero-ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS zero-run zero-train zero-config zero-ckpt zero-estimate RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # nccl.h declares a function that only a ZERO_WITH_CUDA build defines.
 if(ZERO_WITH_CUDA)
   set(ZERO_HEADER_EXCLUDE)

@@ -53,6 +53,7 @@ struct MemoryReport {
   int64_t buckets = 0;           // stage 2: gradient bucket buffers in the pool
   int64_t padding_elements = 0;  // elements added to align buckets (all ranks together)
   int64_t gathered_peak = 0;     // stage 3: most bytes of unit parameters whole at once so far
+  int64_t gather_buffers = 0;    // stage 3: of `parameters`, the spare gather buffers
   // NVMe offload: the buffers master and optimizer states stream through (host memory), and the
   // swap file that holds them (on NVMe, not in memory; not in total()).
   int64_t swap_buffers = 0;

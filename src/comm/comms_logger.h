@@ -24,7 +24,7 @@ namespace zero {
 
 struct CommsRow {
   CollectiveOp op;
-  std::string phase;  // with "debug": the engine phase that issued it (forward, backward, step, ...)
+  std::string phase;  // with "debug": the engine phase in which its completion was seen (forward, ...)
   int64_t message_bytes = 0;
   int64_t count = 0;
   double bus_bytes = 0;  // summed: bytes each rank sent
@@ -38,7 +38,7 @@ class CommsLogger {
   // Whether `op` is profiled: prof_all, or named in prof_ops (DeepSpeed's names are accepted too:
   // all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, all_reduce_coalesced).
   bool profiles(CollectiveOp op) const;
-  // One completed collective (CommStats' listener); `phase` names who issued it.
+  // One completed collective (CommStats' listener); `phase`: the engine phase seeing it complete.
   void record(const CollectiveRecord& r, const char* phase);
 
   std::vector<CommsRow> rows() const;

@@ -473,6 +473,7 @@ MemoryReport Engine::memory_report() const {
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();
   r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;
+  r.gather_buffers = s.flat->spare_bytes();
   return r;
 }
 

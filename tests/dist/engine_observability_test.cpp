@@ -27,7 +27,7 @@ zero::models::TinyTransformerOptions sized_options() {
   return o;
 }
 
-zero::Config config_for(int stage, const std::string& extra = "") {
+zero::Config observed_config(int stage, const std::string& extra = "") {
   zero::Config c = zero::Config::parse(R"({"train_batch_size": 24, "comms_logger": {"enabled": true},
       "zero_optimization": {"stage": )" + std::to_string(stage) +
                                        R"(, "overlap_comm": true, "reduce_bucket_size": 200000,
@@ -51,7 +51,19 @@ double logged_bytes(const zero::Engine& engine) {
   return std::stod(m[1].str());
 }
 
-int64_t round_up(int64_t n, int64_t quantum) { return (n + quantum - 1) / quantum * quantum; }
+int64_t unit_bucket_numel(int64_t n, int64_t quantum) { return (n + quantum - 1) / quantum * quantum; }
+
+// What rank 0 prints over `steps` stage-2 steps with these config keys; the last step's breakdown.
+std::string stdout_of_steps(const std::string& extra, int steps, zero::StepBreakdown* breakdown = nullptr) {
+  torch::manual_seed(7);
+  auto model = std::make_shared<TinyTransformer>(sized_options());
+  const zero::Config config = observed_config(2, extra);
+  zero::Engine engine(*model, config, test_world());
+  testing::internal::CaptureStdout();
+  for (int step = 0; step < steps; ++step) tiny_step(engine, *model, config.train_micro_batch_size_per_gpu, step);
+  if (breakdown) *breakdown = engine.last_step_breakdown();
+  return testing::internal::GetCapturedStdout();
+}
 
 }  // namespace
 
@@ -61,14 +73,14 @@ TEST(Observability, CommsLoggerBytesPerStepEqualTheTheoreticalVolume) {
   for (int stage : {0, 1, 2, 3}) {
     torch::manual_seed(7);
     auto model = std::make_shared<TinyTransformer>(sized_options());
-    const zero::Config config = config_for(stage);
+    const zero::Config config = observed_config(stage);
     zero::Engine engine(*model, config, test_world());
     int64_t numel = 0, unit_padded = 0;
     for (const auto& p : model->parameters()) numel += p.numel();
     for (const auto& block : model->blocks) {
       int64_t unit = 0;
       for (const auto& p : block->parameters()) unit += p.numel();
-      unit_padded += round_up(unit, 8 * n);  // each unit a bucket padded to n × the fp32 alignment
+      unit_padded += unit_bucket_numel(unit, 8 * n);  // each unit a bucket padded to n × the fp32 alignment
     }
     const int64_t padded = numel + engine.memory_report().padding_elements;  // Ψ as the buckets hold it
     const int64_t micro = config.train_micro_batch_size_per_gpu;
@@ -98,14 +110,8 @@ TEST(Observability, CommsLoggerBytesPerStepEqualTheTheoreticalVolume) {
 }
 
 TEST(Observability, WallClockBreakdownAddsUpAndPrintsMinMaxMeanOnRankZero) {
-  torch::manual_seed(7);
-  auto model = std::make_shared<TinyTransformer>(sized_options());
-  const zero::Config config = config_for(2, R"(, "wall_clock_breakdown": true, "steps_per_print": 2)");
-  zero::Engine engine(*model, config, test_world());
-  testing::internal::CaptureStdout();
-  for (int step = 0; step < 4; ++step) tiny_step(engine, *model, config.train_micro_batch_size_per_gpu, step);
-  const std::string out = testing::internal::GetCapturedStdout();
-  const zero::StepBreakdown b = engine.last_step_breakdown();
+  zero::StepBreakdown b;
+  const std::string out = stdout_of_steps(R"(, "wall_clock_breakdown": true, "steps_per_print": 2)", 4, &b);
   EXPECT_GT(b.forward, 0);
   EXPECT_GT(b.backward_inner, 0);
   EXPECT_GE(b.backward, b.backward_inner + b.backward_reduce);
@@ -122,13 +128,7 @@ TEST(Observability, WallClockBreakdownAddsUpAndPrintsMinMaxMeanOnRankZero) {
 }
 
 TEST(Observability, MemoryBreakdownPrintsAfterForwardBackwardAndStep) {
-  torch::manual_seed(7);
-  auto model = std::make_shared<TinyTransformer>(sized_options());
-  const zero::Config config = config_for(2, R"(, "memory_breakdown": true, "steps_per_print": 3)");
-  zero::Engine engine(*model, config, test_world());
-  testing::internal::CaptureStdout();
-  for (int step = 0; step < 3; ++step) tiny_step(engine, *model, config.train_micro_batch_size_per_gpu, step);
-  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string out = stdout_of_steps(R"(, "memory_breakdown": true, "steps_per_print": 3)", 3);
   for (const char* after : {"forward", "backward", "step"}) {
     const std::regex line(std::string(R"(\[Rank 0\] memory after )") + after +
                           R"( \(step 3\) \| model state MB: parameters [0-9.]+, .* \| allocator MB: live [0-9.]+, peak [0-9.]+ \| RSS MB: [0-9.]+, peak [0-9.]+)");
@@ -142,7 +142,7 @@ TEST(Observability, CsvMonitorWritesDeepSpeedsEventsOnRankZero) {
   test_world().communicator().barrier({.async = false});
   torch::manual_seed(7);
   auto model = std::make_shared<TinyTransformer>(sized_options());
-  const zero::Config config = config_for(
+  const zero::Config config = observed_config(
       1, R"(, "csv_monitor": {"enabled": true, "output_path": ")" + dir.string() + R"(", "job_name": "job"},
       "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.001, "warmup_num_steps": 4}})");
   std::vector<double> lrs;  // after each step

@@ -19,6 +19,13 @@ rank_pid() {  # rank_pid NAME RANK: the pid of the process NAME whose MPI rank i
     tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$pid"; return; }
   done
 }
+ends_failing() {  # ends_failing CASE LIMIT_MS: $job (timed from $start) ends, non-zero, within LIMIT_MS
+  wait $job
+  local status=$? elapsed=$((($(date +%s%N) - start) / 1000000))
+  echo "$1: ended after $elapsed ms"
+  [[ $status -ne 0 ]] || { echo "FAIL $1: the job ended with status 0"; fail=1; }
+  ((elapsed < $2)) || { echo "FAIL $1: took $elapsed ms"; fail=1; }
+}
 expect() {  # expect LOG PATTERN WHAT
   grep -qE "$2" "$1" || { echo "FAIL $3: no line matching '$2' in:"; cat "$1"; fail=1; }
 }
@@ -26,12 +33,9 @@ expect() {  # expect LOG PATTERN WHAT
 # 1. A skipped collective.
 start=$(date +%s%N)
 "${mpi[@]}" -np 2 "$tests/watchdog_probe" --skip-rank 1 --skip-step 3 --away 60 --timeout 3 --warning 1 \
-  > "$tmp/skip.log" 2>&1
-status=$?
-elapsed=$((($(date +%s%N) - start) / 1000000))
-[[ $status -ne 0 ]] || { echo "FAIL skip: the job ended with status 0"; fail=1; }
-echo "skip: ended after $elapsed ms (timeout 3 s)"
-((elapsed < (3 + 6) * 1000)) || { echo "FAIL skip: took $elapsed ms"; fail=1; }
+  > "$tmp/skip.log" 2>&1 &
+job=$!
+ends_failing "skip (timeout 3 s)" $(((3 + 6) * 1000))
 expect "$tmp/skip.log" 'warning: rank 0 has waited [0-9]+ s in all_reduce of step 3; did not arrive: rank 1 \(running step 3, in no collective\)' "skip warning"
 expect "$tmp/skip.log" 'error: rank 0: collective timeout \(3 s\) in all_reduce of step 3; did not arrive: rank 1 \(running step 3, in no collective\)' "skip error"
 
@@ -44,12 +48,7 @@ victim=$(rank_pid watchdog_probe 1)
 [[ -n $victim ]] || { echo "FAIL stop: rank 1 not found"; fail=1; }
 start=$(date +%s%N)
 kill -STOP "$victim"
-wait $job
-status=$?
-elapsed=$((($(date +%s%N) - start) / 1000000))
-echo "stop: ended $elapsed ms after SIGSTOP (timeout 4 s)"
-[[ $status -ne 0 ]] || { echo "FAIL stop: the job ended with status 0"; fail=1; }
-((elapsed < (4 + 6) * 1000)) || { echo "FAIL stop: took $elapsed ms"; fail=1; }
+ends_failing "stop (SIGSTOP, timeout 4 s)" $(((4 + 6) * 1000))
 expect "$tmp/stop.log" 'error: rank [02]: collective timeout \(4 s\) in [a-z_]+ of step [0-9]+; did not arrive: rank 1 \(no answer: stopped, dead or unreachable\)' "stop error"
 
 # 3. zero-train under zero-run --timeout, rank 1 stopped mid-run: an error, no checkpoint.
@@ -71,12 +70,7 @@ text = urllib.request.urlopen('http://127.0.0.1:$port/metrics', timeout=2).read(
 print(re.search(r'^deepspeed:collective_wait_seconds\{[^}]*\} (\S+)$', text, re.M).group(1))")
 echo "zero-train: rank 0's deepspeed:collective_wait_seconds 3 s after SIGSTOP: $wait_seconds"
 awk -v w="$wait_seconds" 'BEGIN { exit !(w >= 2 && w < 5) }' || { echo "FAIL train: the wait gauge reads '$wait_seconds'"; fail=1; }
-wait $job
-status=$?
-elapsed=$((($(date +%s%N) - start) / 1000000))
-echo "zero-train: ended $elapsed ms after SIGSTOP (timeout 5 s)"
-[[ $status -ne 0 ]] || { echo "FAIL train: the job ended with status 0"; fail=1; }
-((elapsed < (5 + 8) * 1000)) || { echo "FAIL train: took $elapsed ms"; fail=1; }
+ends_failing "zero-train (SIGSTOP, timeout 5 s)" $(((5 + 8) * 1000))
 expect "$tmp/train.log" 'error: rank 0: collective timeout \(5 s\) in [a-z_]+ of step [0-9]+; did not arrive: rank 1 \(no answer: stopped, dead or unreachable\)' "train error"
 [[ -z $(ls -A "$tmp/ckpt") ]] || { echo "FAIL train: the failing job wrote into the checkpoint directory:"; ls -R "$tmp/ckpt"; fail=1; }
 

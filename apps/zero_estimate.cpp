@@ -1,0 +1,189 @@
+// zero-estimate — memory and communication of a ZeRO job before it starts (docs/observability.md).
+//
+//   zero-estimate --params 7.5B --ranks-per-node 8 --nodes 8           # cold: a parameter count
+//   zero-estimate --params 2851M --largest-layer 32M --ranks-per-node 8  # DeepSpeed's t5-3b table
+//   zero-estimate --gpt 48,25,1600,256,1024 --micro-batch 1 --seq 1024  # live: a GPT shape (L,NH,C,V,maxT)
+//   zero-estimate --llmc gpt2_124M.bin --device-memory 80 --host-memory 1000
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <optional>
+
+#include "models/gpt/gpt.h"
+#include "zero/error.h"
+#include "zero/estimate.h"
+
+namespace est = zero::estimate;
+
+namespace {
+
+zero::gpt::GptShape shape_from_flag(const std::string& text) {
+  int v[5] = {};
+  if (std::sscanf(text.c_str(), "%d,%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5 ||
+      *std::min_element(v, v + 5) < 1 || v[2] % v[1] != 0) {
+    throw zero::Error("--gpt " + text + ": expected L,NH,C,V,maxT (positive, C a multiple of NH), e.g. 12,12,768,50257,1024",
+                      "--gpt");
+  }
+  return {.max_seq = v[4], .vocab = v[3], .layers = v[0], .heads = v[1], .channels = v[2],
+          .padded_vocab = (v[3] + 63) / 64 * 64};  // as zero-train pads it
+}
+
+// The 256-int header of an llm.c checkpoint only: [magic, version, maxT, V, L, NH, C, Vp].
+zero::gpt::GptShape shape_from_llmc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int32_t h[256] = {};
+  if (!in.read(reinterpret_cast<char*>(h), sizeof h)) throw zero::Error(path + ": no 1024-byte llm.c header", path);
+  if (h[0] != zero::gpt::kCheckpointMagic)
+    throw zero::Error(path + ": not an llm.c checkpoint (magic " + std::to_string(h[0]) + ")", path);
+  return {.max_seq = h[2], .vocab = h[3], .layers = h[4], .heads = h[5], .channels = h[6], .padded_vocab = h[7]};
+}
+
+// The GPT's trainable parameters in the engine's order, and each one's unit (-1: the root).
+est::EngineLayoutInput gpt_parameters(const zero::gpt::GptShape& s) {
+  const int64_t C = s.channels;
+  est::EngineLayoutInput in;
+  auto add = [&](int64_t numel, int unit) {
+    in.numels.push_back(numel);
+    in.units.push_back(unit);
+  };
+  // LibTorch lists a module's own parameters before its children's: wte, wpe, lnfw, lnfb, blocks.
+  for (int64_t n : {int64_t{s.padded_vocab} * C, int64_t{s.max_seq} * C, C, C}) add(n, -1);
+  for (int l = 0; l < s.layers; ++l) {
+    for (int64_t n : {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C}) add(n, l);
+  }
+  return in;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / est::kGiB); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zero-estimate: model-state memory, communication and what fits, before a ZeRO job starts"};
+  std::string params_text, largest_text, gpt_text, llmc, network = "100GbE";
+  int per_node = 1, nodes = 1, micro = 1, seq = 0, dtype_bytes = 2;
+  double buffer_factor = 1.5, bandwidth = 0, device_memory = 0, host_memory = 0;
+  bool checkpointing = false;
+  app.add_option("--params", params_text, "parameters (7.5B, 2851M, ...)");
+  app.add_option("--largest-layer", largest_text, "parameters of the largest layer (default: Ψ/100 cold; live: a block or wte)");
+  app.add_option("--gpt", gpt_text, "a GPT shape L,NH,C,V,maxT (live: exact parameters and layers)");
+  app.add_option("--llmc", llmc, "an llm.c checkpoint: its shape (only the header is read)")->check(CLI::ExistingFile);
+  app.add_option("--ranks-per-node", per_node, "devices (ranks) per node")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--nodes", nodes, "nodes")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--buffer-factor", buffer_factor, "DeepSpeed's additional_buffer_factor for host memory")->capture_default_str();
+  app.add_option("--dtype-bytes", dtype_bytes, "bytes per element on the wire and of 16-bit weights (2; 4 for fp32)")
+      ->check(CLI::IsMember({2, 4}))->capture_default_str();
+  app.add_option("--network", network, "100GbE, NDR (InfiniBand 400G) or NVLink")->capture_default_str();
+  app.add_option("--bandwidth", bandwidth, "per-rank bandwidth in GB/s (instead of --network)");
+  app.add_flag("--activation-checkpointing", checkpointing, "GPT activations with every block checkpointed");
+  app.add_option("--micro-batch", micro, "rows per rank, for the GPT's activations")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "tokens per row (default maxT)")->check(CLI::NonNegativeNumber);
+  app.add_option("--device-memory", device_memory, "GB (2^30) per device: list what fits");
+  app.add_option("--host-memory", host_memory, "GB (2^30) per host: list what fits");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::optional<zero::gpt::GptShape> shape;
+    if (!gpt_text.empty()) shape = shape_from_flag(gpt_text);
+    if (!llmc.empty()) shape = shape_from_llmc(llmc);
+    double params = 0, largest = 0;
+    if (shape) {
+      params = static_cast<double>(zero::gpt::checkpoint_numel(*shape));
+      // The largest layer stage 3 gathers at once: a block (12C² + 13C), or wte when it is larger.
+      const double c = shape->channels;
+      largest = std::max(static_cast<double>(shape->padded_vocab) * c, 12 * c * c + 13 * c);
+    } else if (!params_text.empty()) {
+      params = est::parse_count(params_text, "--params");
+      largest = largest_text.empty() ? params / 100 : est::parse_count(largest_text, "--largest-layer");
+    } else {
+      throw zero::Error("give --params N, --gpt L,NH,C,V,maxT or --llmc FILE", "--params");
+    }
+    const int ranks = per_node * nodes;
+    fmt::print("{:.4g} parameters (largest layer {:.4g}) on {} node{} x {} device{} = {} ranks\n\n", params, largest, nodes,
+               nodes == 1 ? "" : "s", per_node, per_node == 1 ? "" : "s", ranks);
+
+    fmt::print("DeepSpeed's estimators (GB = 2^30; host with buffer factor {}):\n", buffer_factor);
+    fmt::print("  {:<52} {:>10} {:>16} {:>19}\n", "", "per device", "per host", "per host, no init");
+    struct Row {
+      std::string name;
+      est::HostDevice with_init, without_init;
+    };
+    std::vector<Row> rows;
+    rows.push_back({"ZeRO-3, offload_param=cpu, offload_optimizer=cpu",
+                    est::deepspeed_zero3(params, largest, per_node, nodes, true, true, true, buffer_factor),
+                    est::deepspeed_zero3(params, largest, per_node, nodes, true, true, false, buffer_factor)});
+    rows.push_back({"ZeRO-3, offload_param=none, offload_optimizer=cpu",
+                    est::deepspeed_zero3(params, largest, per_node, nodes, true, false, true, buffer_factor),
+                    est::deepspeed_zero3(params, largest, per_node, nodes, true, false, false, buffer_factor)});
+    rows.push_back({"ZeRO-3, offload_param=none, offload_optimizer=none",
+                    est::deepspeed_zero3(params, largest, per_node, nodes, false, false, true, buffer_factor),
+                    est::deepspeed_zero3(params, largest, per_node, nodes, false, false, false, buffer_factor)});
+    rows.push_back({"ZeRO-2, offload_optimizer=cpu", est::deepspeed_zero2(params, per_node, nodes, true, buffer_factor),
+                    est::deepspeed_zero2(params, per_node, nodes, true, buffer_factor)});
+    rows.push_back({"ZeRO-2, offload_optimizer=none", est::deepspeed_zero2(params, per_node, nodes, false, buffer_factor),
+                    est::deepspeed_zero2(params, per_node, nodes, false, buffer_factor)});
+    for (const Row& r : rows) {
+      fmt::print("  {:<52} {:>10} {:>16} {:>19}\n", r.name, gib(r.with_init.device), gib(r.with_init.host),
+                 r.name.rfind("ZeRO-3", 0) == 0 ? gib(r.without_init.host) : "-");
+    }
+    const est::PaperStates p = est::zero_paper(params, ranks);
+    fmt::print("\nThe ZeRO paper's model states per device (mixed-precision Adam, K = 12; GB = 1e9):\n");
+    fmt::print("  baseline (DDP) {:.2f} | P_os {:.2f} | P_os+g {:.2f} | P_os+g+p {:.2f}  ({:.0f} bytes per parameter "
+               "without ZeRO)\n",
+               p.baseline / 1e9, p.os / 1e9, p.os_g / 1e9, p.os_g_p / 1e9, p.baseline / params);
+
+    double bytes_per_second = bandwidth * 1e9;
+    std::string link = fmt::format("{} GB/s", bandwidth);
+    for (const auto& n : est::networks()) {
+      std::string a = n.name, b = network;
+      for (auto* s : {&a, &b}) std::transform(s->begin(), s->end(), s->begin(), [](unsigned char c) { return std::tolower(c); });
+      if (bandwidth <= 0 && a == b) {
+        bytes_per_second = n.bytes_per_second;
+        link = fmt::format("{} at {} GB/s", n.name, n.bytes_per_second / 1e9);
+      }
+    }
+    if (bytes_per_second <= 0) throw zero::Error("--network " + network + ": expected 100GbE, NDR or NVLink", "--network");
+    fmt::print("\nCommunication per step and rank ({}-byte elements; {}):\n", dtype_bytes, link);
+    for (int stage : {0, 1, 2, 3}) {
+      const double bytes = est::comm_bytes_per_step(params, ranks, stage, dtype_bytes);
+      fmt::print("  stage {}: {:>10.3f} GB sent, {:>9.3f} s at full bandwidth\n", stage, bytes / 1e9, bytes / bytes_per_second);
+    }
+
+    if (shape) {
+      est::EngineLayoutInput in = gpt_parameters(*shape);
+      in.world_size = ranks;
+      in.dtype_bytes = dtype_bytes;
+      fmt::print("\nzerocpp's engine, model states per rank without offload ({}, AdamW; padding included; GB = 2^30):\n",
+                 dtype_bytes == 4 ? "fp32" : "bf16");
+      for (int stage : {0, 1, 2, 3}) {
+        in.stage = stage;
+        const est::EngineStates s = est::engine_model_states(in);
+        fmt::print("  stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}\n", stage,
+                   gib(s.parameters), gib(s.gradients), gib(s.master_weights), gib(s.optimizer_state), gib(s.total()),
+                   stage == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
+      }
+      const int64_t rows_per_rank = micro, tokens = seq > 0 ? seq : shape->max_seq;
+      const zero::gpt::ActivationBytes a = zero::gpt::gpt_activation_bytes(*shape, rows_per_rank, tokens, 1);
+      fmt::print("  activations per rank ({} x {} tokens, fp32 compute): {} GB, {} GB with activation checkpointing{}\n",
+                 rows_per_rank, tokens, gib(static_cast<double>(a.without_checkpointing)),
+                 gib(static_cast<double>(a.with_checkpointing)), checkpointing ? " (chosen)" : "");
+    }
+    if (device_memory > 0 || host_memory > 0) {
+      fmt::print("\nFits {} GB per device and {} GB per host (DeepSpeed's estimators, zero_init):\n", device_memory,
+                 host_memory);
+      int fits = 0;
+      for (const Row& r : rows) {
+        const bool ok = (device_memory <= 0 || r.with_init.device <= device_memory * est::kGiB) &&
+                        (host_memory <= 0 || r.with_init.host <= host_memory * est::kGiB);
+        if (ok) fmt::print("  {}\n", r.name), ++fits;
+      }
+      if (fits == 0) fmt::print("  none: more devices, or NVMe offload (ZeRO-Infinity)\n");
+    }
+    return 0;
+  } catch (const zero::Error& e) {
+    fmt::print(stderr, "zero-estimate: {}\n", e.what());
+    return 1;
+  }
+}
