@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
   int per_node = 1, nodes = 1, micro = 1, seq = 0, dtype_bytes = 2;
   double buffer_factor = 1.5, bandwidth = 0, device_memory = 0, host_memory = 0;
   bool checkpointing = false;
+  int stage = -1;
+  std::string offload_optimizer = "none", offload_param = "none";
   app.add_option("--params", params_text, "parameters (7.5B, 2851M, ...)");
   app.add_option("--largest-layer", largest_text, "parameters of the largest layer (default: Ψ/100 cold; live: a block or wte)");
   app.add_option("--gpt", gpt_text, "a GPT shape L,NH,C,V,maxT (live: exact parameters and layers)");
@@ -79,6 +81,11 @@ int main(int argc, char** argv) {
   app.add_option("--network", network, "100GbE, NDR (InfiniBand 400G) or NVLink")->capture_default_str();
   app.add_option("--bandwidth", bandwidth, "per-rank bandwidth in GB/s (instead of --network)");
   app.add_flag("--activation-checkpointing", checkpointing, "GPT activations with every block checkpointed");
+  app.add_option("--stage", stage, "mark this stage's rows (default: none marked)")->check(CLI::Range(0, 3));
+  app.add_option("--offload-optimizer", offload_optimizer, "with --stage: the row to mark")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}))->capture_default_str();
+  app.add_option("--offload-param", offload_param, "with --stage 3: the row to mark")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}))->capture_default_str();
   app.add_option("--micro-batch", micro, "rows per rank, for the GPT's activations")->check(CLI::PositiveNumber);
   app.add_option("--seq", seq, "tokens per row (default maxT)")->check(CLI::NonNegativeNumber);
   app.add_option("--device-memory", device_memory, "GB (2^30) per device: list what fits");
@@ -124,10 +131,19 @@ int main(int argc, char** argv) {
                     est::deepspeed_zero2(params, per_node, nodes, true, buffer_factor)});
     rows.push_back({"ZeRO-2, offload_optimizer=none", est::deepspeed_zero2(params, per_node, nodes, false, buffer_factor),
                     est::deepspeed_zero2(params, per_node, nodes, false, buffer_factor)});
+    // The row of the configuration asked for (NVMe counts as offloaded: DeepSpeed's estimators
+    // have no NVMe rows; the host figure is then an upper bound).
+    const auto off = [](const std::string& d) { return d == "none" ? "none" : "cpu"; };
+    const std::string chosen = stage == 3 ? fmt::format("ZeRO-3, offload_param={}, offload_optimizer={}", off(offload_param),
+                                                        off(offload_param) == std::string("cpu") ? "cpu" : off(offload_optimizer))
+                               : stage >= 0 ? fmt::format("ZeRO-2, offload_optimizer={}", off(offload_optimizer))
+                                            : "";
     for (const Row& r : rows) {
-      fmt::print("  {:<52} {:>10} {:>16} {:>19}\n", r.name, gib(r.with_init.device), gib(r.with_init.host),
-                 r.name.rfind("ZeRO-3", 0) == 0 ? gib(r.without_init.host) : "-");
+      fmt::print("{} {:<52} {:>10} {:>16} {:>19}\n", r.name == chosen ? ">" : " ", r.name, gib(r.with_init.device),
+                 gib(r.with_init.host), r.name.rfind("ZeRO-3", 0) == 0 ? gib(r.without_init.host) : "-");
     }
+    if (stage >= 0 && stage < 2)
+      fmt::print("  (stages 0 and 1: DeepSpeed has no estimator; its ZeRO-2 row is marked, the paper's P_os below)\n");
     const est::PaperStates p = est::zero_paper(params, ranks);
     fmt::print("\nThe ZeRO paper's model states per device (mixed-precision Adam, K = 12; GB = 1e9):\n");
     fmt::print("  baseline (DDP) {:.2f} | P_os {:.2f} | P_os+g {:.2f} | P_os+g+p {:.2f}  ({:.0f} bytes per parameter "
@@ -146,9 +162,10 @@ int main(int argc, char** argv) {
     }
     if (bytes_per_second <= 0) throw zero::Error("--network " + network + ": expected 100GbE, NDR or NVLink", "--network");
     fmt::print("\nCommunication per step and rank ({}-byte elements; {}):\n", dtype_bytes, link);
-    for (int stage : {0, 1, 2, 3}) {
-      const double bytes = est::comm_bytes_per_step(params, ranks, stage, dtype_bytes);
-      fmt::print("  stage {}: {:>10.3f} GB sent, {:>9.3f} s at full bandwidth\n", stage, bytes / 1e9, bytes / bytes_per_second);
+    for (int k : {0, 1, 2, 3}) {
+      const double bytes = est::comm_bytes_per_step(params, ranks, k, dtype_bytes);
+      fmt::print("{} stage {}: {:>10.3f} GB sent, {:>9.3f} s at full bandwidth\n", k == stage ? ">" : " ", k, bytes / 1e9,
+                 bytes / bytes_per_second);
     }
 
     if (shape) {
@@ -157,12 +174,13 @@ int main(int argc, char** argv) {
       in.dtype_bytes = dtype_bytes;
       fmt::print("\nzerocpp's engine, model states per rank without offload ({}, AdamW; padding included; GB = 2^30):\n",
                  dtype_bytes == 4 ? "fp32" : "bf16");
-      for (int stage : {0, 1, 2, 3}) {
-        in.stage = stage;
+      for (int k : {0, 1, 2, 3}) {
+        in.stage = k;
         const est::EngineStates s = est::engine_model_states(in);
-        fmt::print("  stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}\n", stage,
-                   gib(s.parameters), gib(s.gradients), gib(s.master_weights), gib(s.optimizer_state), gib(s.total()),
-                   stage == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
+        fmt::print("{} stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}\n",
+                   k == stage ? ">" : " ", k, gib(s.parameters), gib(s.gradients), gib(s.master_weights),
+                   gib(s.optimizer_state), gib(s.total()),
+                   k == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
       }
       const int64_t rows_per_rank = micro, tokens = seq > 0 ? seq : shape->max_seq;
       const zero::gpt::ActivationBytes a = zero::gpt::gpt_activation_bytes(*shape, rows_per_rank, tokens, 1);
