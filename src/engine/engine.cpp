@@ -247,7 +247,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
         param_swap_options(config, world.rank()));
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
-  s.telemetry = std::make_unique<engine::Telemetry>(config, world, *s.stats);
+  s.telemetry = std::make_unique<engine::Telemetry>(s.config, world, *s.stats);  // the engine's own copy: it outlives the caller's
   comm_detail::WatchdogOptions watch =
       comm_detail::watchdog_options(config.watchdog.timeout_seconds, config.watchdog.warning_seconds);
   watch.on_wait = [telemetry = s.telemetry.get()](double seconds) { telemetry->on_wait(seconds); };
