@@ -89,6 +89,12 @@ TEST(Observability, CommsLoggerBytesPerStepEqualTheTheoreticalVolume) {
     tiny_step(engine, *model, micro, 1);
     tiny_step(engine, *model, micro, 2);
     const double per_step = (logged_bytes(engine) - before) / 2;
+    // Every row carries the communicator's scope: across nodes (ZERO_RANKS_PER_NODE splits one
+    // machine into several in the tests) or within one.
+    const std::string scope = test_world().num_nodes() > 1 ? "  inter-node  " : "  intra-node  ";
+    EXPECT_NE(engine.comms_summary().find(scope), std::string::npos) << engine.comms_summary();
+    EXPECT_EQ(engine.comms_summary().find(test_world().num_nodes() > 1 ? "  intra-node  " : "  inter-node  "),
+              std::string::npos);
     // DESIGN §6 in bytes (fp32), per rank and step: stage 0 all-reduces Ψ (2Ψ(N-1)/N); stages 1-2
     // reduce-scatter and all-gather Ψ ((N-1)/N each); stage 3 gathers every unit twice (forward,
     // backward: nothing kept with max_live 0) and the root once after the step. Stages 1-3 add
