@@ -1,12 +1,15 @@
 // zero-ckpt — looks into zerocpp checkpoints and turns them into single files.
 //
 //   zero-ckpt inspect DIR [--tag T] [--no-verify]
-//   zero-ckpt consolidate DIR --out FILE [--tag T] [--dtype fp32|bf16|fp16] [--format safetensors|llmc]
+//   zero-ckpt consolidate DIR --out FILE [--tag T] [--dtype fp32|bf16|fp16] [--format safetensors|llmc|hf]
+//                                        [--max-shard-size 5GB]
 //
 // inspect: what the checkpoint holds (tag, world size and stage at save, counters, state kinds,
 // parameters, files with sizes) and, unless --no-verify, every file's size and checksum.
 // consolidate: DeepSpeed's zero_to_fp32 — the fp32 master weights, whole, in one file, one
 // parameter at a time (memory follows the largest tensor, not the model); prints its peak RSS.
+// --format hf writes a Hugging Face model directory (a run of zero-train --model), in the dtype
+// the run trained in unless --dtype says otherwise.
 // Exit 0 on success, 1 with an error naming the file otherwise.
 #include <fmt/core.h>
 #include <sys/resource.h>
@@ -17,7 +20,9 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/files.h"
 #include "checkpoint/reader.h"
+#include "checkpoint/hf_directory_writer.h"
 #include "models/gpt/llmc_sink.h"
+#include "models/llama/hf_sink.h"
 #include "zero/error.h"
 
 namespace {
@@ -81,11 +86,15 @@ int main(int argc, char** argv) {
   std::string dtype = "fp32", format = "safetensors";
   consolidate_cmd->add_option("DIR", options.dir, "the checkpoint directory")->required();
   consolidate_cmd->add_option("--tag", options.tag, "the tag to read (default: the one in DIR/latest)");
-  consolidate_cmd->add_option("--out", options.out, "the file to write")->required();
-  consolidate_cmd->add_option("--dtype", dtype, "fp32, bf16 or fp16 (safetensors)")
+  consolidate_cmd->add_option("--out", options.out, "the file to write (--format hf: the directory)")->required();
+  consolidate_cmd->add_option("--dtype", dtype, "fp32, bf16 or fp16 (safetensors; hf: default the training dtype)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  consolidate_cmd->add_option("--format", format, "safetensors, or llmc (an llm.c GPT-2 checkpoint, fp32)")
-      ->check(CLI::IsMember({"safetensors", "llmc"}));
+  consolidate_cmd
+      ->add_option("--format", format,
+                   "safetensors, llmc (an llm.c GPT-2 checkpoint, fp32), or hf (a Hugging Face model directory)")
+      ->check(CLI::IsMember({"safetensors", "llmc", "hf"}));
+  std::string max_shard = "0";
+  consolidate_cmd->add_option("--max-shard-size", max_shard, "--format hf: shards of at most this size (5GB, 500MB; 0: one file)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -101,8 +110,11 @@ int main(int argc, char** argv) {
     zero::checkpoint::CheckpointReader reader(options.dir, options.tag);
     if (format == "llmc" && options.dtype != zero::checkpoint::OutputDtype::kFp32)
       throw zero::Error("--format llmc writes fp32 (llm.c's version 3)", "--dtype");
-    const auto sink = format == "llmc" ? zero::gpt::llmc_sink(options.out)
-                                       : zero::checkpoint::safetensors_sink(options.out, options.dtype);
+    const auto sink =
+        format == "llmc" ? zero::gpt::llmc_sink(options.out)
+        : format == "hf" ? zero::llama::hf_sink(options.out, consolidate_cmd->count("--dtype") ? dtype : "",
+                                                zero::checkpoint::parse_shard_size(max_shard))
+                         : zero::checkpoint::safetensors_sink(options.out, options.dtype);
     const zero::checkpoint::ConsolidateResult r = zero::checkpoint::consolidate(reader, *sink);
     fmt::print("zero-ckpt: wrote {} ({} tensors, {} elements, largest {} elements); peak RSS {} KiB\n", options.out,
                r.tensors, r.elements, r.largest_tensor, peak_rss_kib());

@@ -1,13 +1,17 @@
-// zero-train — trains llm.c's GPT-2 with ZeRO from a DeepSpeed config (README, "zero-train").
+// zero-train — trains llm.c's GPT-2, or a Hugging Face Llama / Mistral / Qwen2 directory, with
+// ZeRO from a DeepSpeed config (README, "zero-train").
 //
 //   zero-run -n 2 build/apps/zero-train                       # built-in corpus and config
 //   zero-run -n 2 build/apps/zero-train --config ds.json --train-data 'data/train_*.bin' --init gpt2.bin
+//   zero-run -n 2 build/apps/zero-train --model SmolLM2-135M --config ds.json --train-data 'data/*.bin' \
+//       --seq-len 512 --export out/
 #include <fmt/core.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
+#include "checkpoint/hf_directory_writer.h"
 #include "models/gpt/trainer.h"
 #include "zero/zero.h"
 
@@ -18,6 +22,13 @@ int main(int argc, char** argv) {
   app.add_option("--config", o.config_path, "DeepSpeed JSON config (default: built-in ZeRO-2, AdamW)")
       ->check(CLI::ExistingFile);
   app.add_option("--init", o.init, "start from an llm.c checkpoint (version 3)")->check(CLI::ExistingFile);
+  app.add_option("--model", o.model_dir,
+                 "train a Hugging Face model directory (config.json + safetensors: Llama, Mistral, Qwen2)")
+      ->check(CLI::ExistingDirectory);
+  std::string max_shard = "0";
+  app.add_option("--max-shard-size", max_shard,
+                 "with --model --export: shards of at most this size (\"5GB\", \"500MB\", \"2GiB\", bytes; 0: one file)")
+      ->capture_default_str();
   app.add_option("--layers", s.layers, "L, for a fresh model")->capture_default_str();
   app.add_option("--heads", s.heads, "NH, for a fresh model")->capture_default_str();
   app.add_option("--channels", s.channels, "C, for a fresh model")->capture_default_str();
@@ -39,7 +50,8 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", o.prompt, "sample prompt, as bytes (default: the data's first tokens)");
   app.add_option("--tokenizer", o.tokenizer, "llm.c tokenizer file, to print GPT-2 samples as text")
       ->check(CLI::ExistingFile);
-  app.add_option("--export", o.export_path, "write the trained weights as an llm.c checkpoint");
+  app.add_option("--export", o.export_path,
+                 "write the trained weights: an llm.c checkpoint, or with --model a Hugging Face directory");
   app.add_option("--save-dir", o.save_dir, "checkpoint directory (saves at the end and on Ctrl-C)");
   app.add_option("--save-every", o.save_every, "also save every K steps")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --save-dir, if there is one");
@@ -73,6 +85,12 @@ int main(int argc, char** argv) {
   bool no_bar = false;
   app.add_flag("--no-progress", no_bar, "no progress bar, even on a terminal");
   CLI11_PARSE(app, argc, argv);
+  try {
+    o.hf_max_shard_bytes = zero::checkpoint::parse_shard_size(max_shard);
+  } catch (const zero::Error& e) {
+    fmt::print(stderr, "zero-train: --max-shard-size: {}\n", e.what());
+    return 1;
+  }
   if (micro) a.micro_batch_size = micro;
   if (accumulation) a.gradient_accumulation_steps = accumulation;
   a.learning_rate = lr;
@@ -97,7 +115,7 @@ int main(int argc, char** argv) {
 
   try {
     zero::World world = zero::World::from_environment();
-    zero::gpt::train_gpt(o, world, stdout);
+    zero::gpt::train_model(o, world, stdout);
     return 0;  // a run stopped by Ctrl-C has saved (with --save-dir) and ends cleanly too
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-train: {}\n", e.what());

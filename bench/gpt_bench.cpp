@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   }
   // A discarded run first: the first steps of a process are slower (caches, heap growth).
   o.config_text = R"({"train_micro_batch_size_per_gpu": 8, "optimizer": {"type": "AdamW"}})";
-  zero::gpt::train_gpt(o, world, nullptr);
+  zero::gpt::train_model(o, world, nullptr);
   struct Row {
     int stage;
     bool overlap;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
                               "stage3_prefetch_bucket_size": {}, "stage3_max_reuse_distance": {}}},
         "optimizer": {{"type": "AdamW", "params": {{"lr": 1e-3}}}}}})",
                                 micro, stage, overlap, persistence, prefetch, reuse);
-    const zero::gpt::TrainerResult r = zero::gpt::train_gpt(o, world, nullptr);
+    const zero::gpt::TrainerResult r = zero::gpt::train_model(o, world, nullptr);
     std::vector<double> ms;
     for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i) ms.push_back(r.steps[i].milliseconds);
     std::sort(ms.begin(), ms.end());

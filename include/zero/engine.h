@@ -154,6 +154,23 @@ class Engine {
   // stage3_gather_16bit_weights_on_model_save is true; otherwise it writes nothing, says so on
   // rank 0, and returns false, as DeepSpeed does.
   bool save_16bit_model(const std::string& dir, const std::string& file = "model.safetensors");
+
+  // Every trainable parameter as the engine names it, with its dtype and shape, in the order
+  // visit_whole_parameters visits them (bucket by bucket: a stage-3 unit at a time).
+  struct ParameterInfo {
+    std::string name;
+    at::ScalarType dtype;
+    std::vector<int64_t> shape;
+    int64_t bytes = 0;
+  };
+  std::vector<ParameterInfo> parameter_infos() const;
+  // Collective: every rank calls it. Makes one bucket whole at a time (stage 3 gathers a unit and
+  // frees it again, so memory follows the largest unit, never the model) and calls
+  // fn(index into parameter_infos(), whole parameter) on `on_rank` for each of its parameters,
+  // then `finish` there. The first exception on that rank stops its calls; after the last bucket
+  // every rank learns of it and throws (named by `what`), so no rank is left waiting.
+  void visit_whole_parameters(const std::function<void(size_t, const at::Tensor&)>& fn,
+                              const std::function<void()>& finish, int on_rank, const std::string& what);
   // The module's train / eval mode.
   void train();
   void eval();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "models/common/compute.h"
 #include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 
@@ -54,19 +55,7 @@ GptBlock::GptBlock(const GptShape& s) : heads(s.heads) {
   fcprojb = register_parameter("fcprojb", torch::zeros({C}));
 }
 
-namespace {
-
-// Note: LibTorch 1.13's CPU kernels have no float16 matmul, bmm, LayerNorm, GELU or softmax. A
-// float16 model on the CPU (fp16 mixed precision) keeps its weights, gradients and communication
-// in float16 and computes in float32: each weight is widened where it is used (autograd narrows
-// its gradient back into the float16 .grad, where the loss scale keeps it from underflowing), so
-// activations, LayerNorm, softmax and the loss are fp32. Other dtypes and devices compute as they
-// are (to() of the same dtype is the tensor itself: no copy).
-at::Tensor compute(const at::Tensor& w) {
-  return w.scalar_type() == at::kHalf && w.device().is_cpu() ? w.to(at::kFloat) : w;
-}
-
-}  // namespace
+using models::compute;
 
 at::Tensor GptBlock::forward(const at::Tensor& x) {
   namespace F = torch::nn::functional;

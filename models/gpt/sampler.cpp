@@ -9,14 +9,20 @@
 namespace zero::gpt {
 
 std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, const SampleOptions& options) {
+  return generate([&](const at::Tensor& tokens) { return model.forward(tokens); }, model.shape.max_seq, prompt,
+                  options);
+}
+
+std::vector<int64_t> generate(const std::function<at::Tensor(const at::Tensor&)>& forward, int64_t max_seq,
+                              const std::vector<int64_t>& prompt, const SampleOptions& options) {
   if (prompt.empty()) throw Error("sampling needs a prompt of at least one token", "prompt");
   torch::NoGradGuard no_grad;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
   std::vector<int64_t> tokens = prompt;
   for (int64_t i = 0; i < options.tokens; ++i) {
-    const int64_t context = std::min<int64_t>(static_cast<int64_t>(tokens.size()), model.shape.max_seq);
+    const int64_t context = std::min<int64_t>(static_cast<int64_t>(tokens.size()), max_seq);
     at::Tensor input = torch::tensor(std::vector<int64_t>(tokens.end() - context, tokens.end()), torch::kLong);
-    at::Tensor logits = model.forward(input.view({1, context}))[0][context - 1].to(torch::kFloat);
+    at::Tensor logits = forward(input.view({1, context}))[0][context - 1].to(torch::kFloat);
     int64_t next = 0;
     if (options.top_k <= 0) {
       next = logits.argmax().item<int64_t>();

@@ -3,7 +3,10 @@
 // which keeps ranks in lockstep when the forward pass is collective (stage 3).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace zero::gpt {
@@ -17,7 +20,10 @@ struct SampleOptions {
   uint64_t seed = 0;
 };
 
-// `prompt` followed by the new tokens; the context is the last maxT tokens.
+// `prompt` followed by the new tokens; the context is the last `max_seq` tokens. `logits` maps
+// tokens [1, T] to logits [1, T, V] (any model's forward).
+std::vector<int64_t> generate(const std::function<at::Tensor(const at::Tensor&)>& logits, int64_t max_seq,
+                              const std::vector<int64_t>& prompt, const SampleOptions& options);
 std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt, const SampleOptions& options);
 
 }  // namespace zero::gpt

@@ -1,6 +1,7 @@
 #include "models/gpt/trainer.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <sys/resource.h>
@@ -8,11 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <optional>
 
+#include "models/common/trainable_model.h"
 #include "models/gpt/builtin_corpus.h"
-#include "models/gpt/gpt.h"
-#include "models/gpt/gpt_flops.h"
+#include "models/gpt/gpt_trainable.h"
+#include "models/llama/llama_trainable.h"
 #include "models/gpt/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
@@ -51,10 +54,10 @@ Data load_data(const TrainerOptions& o, int vocab) {
   return {std::move(train), bytes ? TokenData::from_text(o.val_data) : TokenData::from_shards(o.val_data, vocab)};
 }
 
-Config load_config(const TrainerOptions& o, const World& world, const GptShape& shape) {
+Config load_config(const TrainerOptions& o, const World& world, int64_t hidden_size) {
   AutoContext context = o.auto_values;
   context.world_size = world.size();
-  context.hidden_size = shape.channels;
+  context.hidden_size = hidden_size;
   context.max_steps = o.steps;
   Config config = o.config_path.empty()
                       ? Config::parse(o.config_text.empty() ? builtin_config() : o.config_text,
@@ -91,7 +94,7 @@ at::Tensor to_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t s
 struct Run {
   const TrainerOptions& options;
   World& world;
-  Gpt& model;
+  models::TrainableModel& model;
   Engine& engine;
   Data& data;
   int64_t seq, global_rows;
@@ -127,7 +130,8 @@ struct Run {
     SampleOptions sample = options.sample;
     sample.seed = options.sample.seed + static_cast<uint64_t>(step);
     engine.eval();
-    const std::vector<int64_t> tokens = generate(model, prompt, sample);
+    const std::vector<int64_t> tokens =
+        generate([&](const at::Tensor& t) { return model.logits(t); }, model.max_seq(), prompt, sample);
     engine.train();
     const bool prompt_is_eot = prompt.size() == 1 && tokenizer.eot() >= 0 && prompt[0] == tokenizer.eot();
     return Tokenizer::printable(
@@ -135,6 +139,18 @@ struct Run {
         tokenizer.vocab() == 256);
   }
 };
+
+// Collective: every rank's peak resident memory so far (KiB).
+std::vector<int64_t> peak_rss_per_rank(World& world) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  at::Tensor rss = torch::full({1}, static_cast<double>(usage.ru_maxrss), torch::kDouble);
+  at::Tensor each = torch::zeros({world.size()}, torch::kDouble);
+  world.communicator().all_gather(rss, each, {.async = false});
+  std::vector<int64_t> out;
+  for (int r = 0; r < world.size(); ++r) out.push_back(each[r].item<int64_t>());
+  return out;
+}
 
 }  // namespace
 
@@ -151,23 +167,56 @@ const std::string& builtin_config() {
   return text;
 }
 
-TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* out) {
-  if (world.rank() != 0) out = nullptr;
+namespace {
+
+// What the trainer knows of a model before the config is read (its width resolves "auto"
+// values), and how to build it once the config is known.
+struct ModelPlan {
+  int64_t hidden_size = 0, vocab = 0, max_seq = 0;
+  std::function<std::unique_ptr<models::TrainableModel>(const Config&, World&)> build;
+};
+
+ModelPlan plan_model(const TrainerOptions& options, std::optional<LlmcCheckpoint>& checkpoint,
+                     std::optional<llama::HfModel>& hf) {
+  if (!options.model_dir.empty()) {
+    if (!options.init.empty()) throw Error("give --model or --init, not both", "--init");
+    hf = llama::open_hf_model(options.model_dir);
+    const llama::LlamaConfig& c = hf->config;
+    const llama::LlamaExportOptions export_options{options.hf_max_shard_bytes};
+    return {c.hidden_size, c.vocab_size, c.max_position_embeddings, [&hf, export_options](const Config& config, World& w) {
+              return llama::make_llama(*hf, config, w, export_options);
+            }};
+  }
   GptShape shape = options.shape;
-  std::optional<LlmcCheckpoint> checkpoint;
   if (!options.init.empty()) {
     checkpoint = read_llmc_checkpoint(options.init);
     shape = checkpoint->shape;
   }
   if (shape.padded_vocab == 0) shape.padded_vocab = (shape.vocab + 63) / 64 * 64;
-  const int64_t seq = options.seq == 0 ? shape.max_seq : options.seq;
-  if (seq < 1 || seq > shape.max_seq)
-    throw Error("--seq-len " + std::to_string(seq) + " must be in 1..maxT = " + std::to_string(shape.max_seq),
-                "--seq-len");
-  Data data = load_data(options, shape.vocab);
+  const LlmcCheckpoint* init = checkpoint ? &*checkpoint : nullptr;
+  return {shape.channels, shape.vocab, shape.max_seq, [shape, init, path = options.init](const Config& config, World& w) {
+            return make_gpt(shape, init, path, config, w);
+          }};
+}
+
+}  // namespace
+
+TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE* out) {
+  if (world.rank() != 0) out = nullptr;
+  std::optional<LlmcCheckpoint> checkpoint;
+  std::optional<llama::HfModel> hf;
+  const ModelPlan plan = plan_model(options, checkpoint, hf);
+  const int64_t seq = options.seq == 0 ? plan.max_seq : options.seq;
+  if (seq < 1 || seq > plan.max_seq)
+    throw Error("--seq-len " + std::to_string(seq) + " must be in 1.." + std::to_string(plan.max_seq), "--seq-len");
+  if (hf && options.seq == 0) throw Error("--seq-len is needed with --model (rows of how many tokens?)", "--seq-len");
+  if (hf && options.sample_every > 0)
+    throw Error("--sample-every with --model needs the model's tokenizer, which zero-train does not read yet",
+                "--sample-every");
+  Data data = load_data(options, static_cast<int>(plan.vocab));
   const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
 
-  Config config = load_config(options, world, shape);
+  Config config = load_config(options, world, plan.hidden_size);
   if (options.metrics_port >= 0) {
     config.prometheus.enabled = true;
     config.prometheus.port = options.metrics_port;
@@ -179,39 +228,34 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     return_large_blocks();
   }
   torch::manual_seed(static_cast<uint64_t>(options.seed));
-  // Stage 3 with random weights: built partitioned, never whole on a rank (zero::Init; a no-op
-  // at other stages). Weights from an llm.c file are read into a whole model first.
-  std::optional<Init> partitioned;
-  if (!checkpoint) partitioned.emplace(config, world);
-  Gpt model(shape);
-  partitioned.reset();
-  if (checkpoint) load_llmc(model, *checkpoint, options.init);
-  model.checkpoint_every = options.checkpoint_every;
-  Engine engine(model, config, world);
-  {
-    // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
-    const GptFlops flops = gpt_flops_per_token(shape, seq, options.checkpoint_every);
-    engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = (flops.forward + flops.backward) * seq});
-  }
+  const std::unique_ptr<models::TrainableModel> built = plan.build(config, world);
+  models::TrainableModel& model = *built;
+  checkpoint.reset();  // the llm.c weights are in the model now
+  model.set_checkpoint_every(options.checkpoint_every);
+  Engine engine(model.module(), config, world);
+  // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
+  engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = model.flops_per_token(seq) * seq});
+  // Each rank's peak RSS once the model is built and the engine holds it (stage 3 from a Hugging
+  // Face directory: one layer whole at a time; bench/llama_load_memory.sh).
+  const std::vector<int64_t> load_rss = peak_rss_per_rank(world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
 
   Report report(out, options.progress_bar, options.steps);
-  report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, GPT-2 L={} NH={} C={} V={} maxT={} ({} parameters)",
-                          world.size(), world.size() == 1 ? "" : "s", config.zero.stage, shape.layers, shape.heads,
-                          shape.channels, shape.vocab, shape.max_seq, checkpoint_numel(shape)));
+  report.line(fmt::format("zero-train: model built: peak RSS so far {} KiB per rank", fmt::join(load_rss, " ")));
+  report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, {} ({} parameters)", world.size(),
+                          world.size() == 1 ? "" : "s", config.zero.stage, model.describe(), model.parameters()));
   report.line(
       fmt::format("zero-train: batch {} rows × {} tokens ({} per rank × {} micro-steps), {} steps, data {} "
                   "tokens{}",
                   config.train_batch_size, seq, micro, accumulation, options.steps, data.train.tokens(),
                   data.val ? fmt::format(", validation {} tokens", data.val->tokens()) : ""));
 
-  {
-    // The activations of one micro-step on this rank (fp32 compute), by gpt_activation_bytes.
-    const ActivationBytes a = gpt_activation_bytes(shape, micro, seq, std::max<int64_t>(1, options.checkpoint_every));
+  if (const auto a = model.activation_bytes(micro, seq, std::max<int64_t>(1, options.checkpoint_every))) {
+    // The activations of one micro-step on this rank (fp32 compute), as the model counts them.
     report.line(fmt::format(
         "zero-train: activations per rank ~{:.1f} MB without activation checkpointing, ~{:.1f} MB with it{}",
-        a.without_checkpointing / 1e6, a.with_checkpointing / 1e6,
+        a->first / 1e6, a->second / 1e6,
         options.checkpoint_every > 0
             ? (options.checkpoint_every == 1 ? std::string(" (on: every block)")
                                              : fmt::format(" (on: every {}th block)", options.checkpoint_every))
@@ -230,18 +274,10 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
     }
   }
   auto save = [&](int64_t steps_done) {
-    // The model's shape goes along so that `zero-ckpt consolidate --format llmc` can write llm.c's header.
-    const GptShape& g = model.shape;
-    const nlohmann::json client = {{"step", steps_done},
-                                   {"shuffle", options.shuffle},
-                                   {"seq", seq},
-                                   {"gpt",
-                                    {{"max_seq", g.max_seq},
-                                     {"vocab", g.vocab},
-                                     {"layers", g.layers},
-                                     {"heads", g.heads},
-                                     {"channels", g.channels},
-                                     {"padded_vocab", g.padded_vocab}}}};
+    nlohmann::json client = model.client_state();
+    client["step"] = steps_done;
+    client["shuffle"] = options.shuffle;
+    client["seq"] = seq;
     result.saved.push_back(engine.save_checkpoint(options.save_dir, "", client.dump()));
     report.line(fmt::format("zero-train: saved {}/{}", options.save_dir, result.saved.back()));
   };
@@ -314,15 +350,9 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   {
     // What an operator compares across runs and tools: the largest peak RSS of any rank, and this
     // rank's model-state bytes (parameters, gradients, master weights, optimizer state, buckets).
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    at::Tensor rss = torch::full({1}, static_cast<double>(usage.ru_maxrss), torch::kDouble);
-    at::Tensor each = torch::zeros({world.size()}, torch::kDouble);
-    world.communicator().all_gather(rss, each, {.async = false});
-    std::string per_rank;
-    for (int r = 0; r < world.size(); ++r) per_rank += (r ? " " : "") + std::to_string(each[r].item<int64_t>());
+    const std::vector<int64_t> rss = peak_rss_per_rank(world);
     report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank; per rank: {}), model state {} bytes on rank 0",
-                            each.max().item<int64_t>(), per_rank, engine.memory_report().total()));
+                            *std::max_element(rss.begin(), rss.end()), fmt::join(rss, " "), engine.memory_report().total()));
     const SwapTraffic swap = engine.swap_traffic();
     if (swap.bytes_read + swap.bytes_written > 0 && timed_steps > 0) {
       report.line(fmt::format(
@@ -342,8 +372,7 @@ TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* 
   result.all_gather_calls = gathers.calls;
   result.all_gather_seconds = gathers.seconds;
   if (!options.export_path.empty()) {
-    engine.gather_parameters();  // stage 3: the units' weights are shards until gathered
-    if (world.rank() == 0) write_llmc_checkpoint(options.export_path, shape, to_llmc_params(model));
+    model.export_to(engine, world, options.export_path);
     report.line("zero-train: wrote " + options.export_path);
   }
   return result;

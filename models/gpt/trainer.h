@@ -1,6 +1,8 @@
-// The GPT trainer behind `zero-train`, as a library so tests drive the very loop users run.
+// The trainer behind `zero-train`, as a library so tests drive the very loop users run: the GPT
+// of llm.c's files, or a Llama-family model from a Hugging Face directory (`model_dir`); the loop
+// sees either through models/common/trainable_model.h.
 //
-// Every rank calls train_gpt with the same options; rank 0 prints. Batch sizes, optimizer,
+// Every rank calls train_model with the same options; rank 0 prints. Batch sizes, optimizer,
 // schedule, precision and ZeRO stage come from the DeepSpeed config ("auto" resolved from the
 // world size, the model's width and the step count). The global batch of a step is the same at
 // any world size, so every stage and rank count follows the same loss trajectory.
@@ -26,6 +28,11 @@ struct TrainerOptions {
   std::string config_path;  // a DeepSpeed JSON file; empty: config_text
   std::string config_text;  // JSON text; empty too: the built-in ZeRO-2 config (builtin_config())
   std::string init;         // an llm.c checkpoint to start from; empty: a fresh model of `shape`
+  // A Hugging Face model directory (Llama, Mistral, Qwen2) to train instead of the GPT; its
+  // export (export_path) is a Hugging Face directory, in shards of at most hf_max_shard_bytes
+  // (0: one file).
+  std::string model_dir;
+  uint64_t hf_max_shard_bytes = 0;
   GptShape shape{.max_seq = 128, .vocab = 256, .layers = 4, .heads = 4, .channels = 128, .padded_vocab = 0};
   // Training data: llm.c shards (a glob), or the bytes of a text file; neither: the built-in corpus.
   std::string train_data, text;
@@ -43,7 +50,7 @@ struct TrainerOptions {
   int64_t sample_every = 0;  // 0: no samples
   SampleOptions sample;
   std::string prompt;       // bytes; empty: the first tokens of the validation (or training) data
-  std::string export_path;  // an llm.c checkpoint written at the end
+  std::string export_path;  // written at the end: an llm.c checkpoint, or a Hugging Face directory
   // Engine checkpoints (Engine::save_checkpoint): every save_every steps (0: never), at the end,
   // and when stopped by a signal. resume: continue from save_dir's latest checkpoint, if any.
   std::string save_dir;
@@ -82,6 +89,6 @@ struct TrainerResult {
 const std::string& builtin_config();
 
 // Trains; rank 0 writes its report to `out` (nullptr: silent). Errors are zero::Error.
-TrainerResult train_gpt(const TrainerOptions& options, World& world, std::FILE* out);
+TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE* out);
 
 }  // namespace zero::gpt

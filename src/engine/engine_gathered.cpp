@@ -65,6 +65,47 @@ std::string safetensors_dtype(at::ScalarType t) {
 
 }  // namespace
 
+std::vector<Engine::ParameterInfo> Engine::parameter_infos() const {
+  const State& s = *state_;
+  std::vector<ParameterInfo> out;
+  for (const auto& bucket : s.flat->layout().buckets()) {
+    for (int p : bucket.params) {
+      const at::Tensor& param = s.flat->params()[static_cast<size_t>(p)];
+      out.push_back({s.param_names[static_cast<size_t>(p)], param.scalar_type(), param.sizes().vec(),
+                     static_cast<int64_t>(param.numel() * param.element_size())});
+    }
+  }
+  return out;
+}
+
+void Engine::visit_whole_parameters(const std::function<void(size_t, const at::Tensor&)>& fn,
+                                    const std::function<void()>& finish, int on_rank, const std::string& what) {
+  State& s = *state_;
+  const int rank = s.world.rank();
+  std::string error;
+  auto attempt = [&](const std::function<void()>& f) {
+    if (rank != on_rank || !error.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  const auto& layout = s.flat->layout();
+  size_t index = 0;
+  for (size_t i = 0; i < layout.buckets().size(); ++i) {
+    if (s.stage3) s.stage3->gather(static_cast<int>(i));  // collective: every rank, even if one failed
+    attempt([&] {
+      size_t k = index;
+      for (int p : layout.buckets()[i].params) fn(k++, s.flat->params()[static_cast<size_t>(p)].contiguous());
+    });
+    index += layout.buckets()[i].params.size();
+    if (s.stage3) s.stage3->release_all();
+  }
+  if (finish) attempt(finish);
+  engine::agree(s.comm, error, rank, what);
+}
+
 bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
   State& s = *state_;
   const int rank = s.world.rank();
@@ -76,50 +117,41 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
     }
     return false;
   }
-  // Bucket by bucket (a stage-3 unit at a time), each bucket's parameters in their slot order.
-  const auto& layout = s.flat->layout();
   std::vector<checkpoint::SafetensorsEntry> entries;
-  for (const auto& bucket : layout.buckets()) {
-    for (int p : bucket.params) {
-      const at::Tensor& param = s.flat->params()[static_cast<size_t>(p)];
-      entries.push_back({s.param_names[static_cast<size_t>(p)], safetensors_dtype(param.scalar_type()),
-                         param.sizes().vec(), static_cast<uint64_t>(param.nbytes())});
-    }
-  }
+  for (const auto& p : parameter_infos())
+    entries.push_back({p.name, safetensors_dtype(p.dtype), p.shape, static_cast<uint64_t>(p.bytes)});
   const std::filesystem::path path = std::filesystem::path(dir) / file;
   const std::string partial = path.string() + ".partial";
   std::unique_ptr<checkpoint::SafetensorsWriter> writer;
-  std::string error;
-  auto attempt = [&](const std::function<void()>& fn) {
-    if (rank != 0 || !error.empty()) return;
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      error = e.what();
+  struct RemovePartial {  // a failed save leaves nothing behind
+    const std::string& path;
+    bool done = false;
+    ~RemovePartial() {
+      std::error_code ec;
+      if (!done) std::filesystem::remove(path, ec);
     }
-  };
-  attempt([&] {
-    std::filesystem::create_directories(dir);
-    writer = std::make_unique<checkpoint::SafetensorsWriter>(
-        partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
-  });
-  for (size_t i = 0; i < layout.buckets().size(); ++i) {
-    const int b = static_cast<int>(i);
-    if (s.stage3) s.stage3->gather(b);  // collective: every rank, even if rank 0 failed
-    attempt([&] {
-      for (int p : layout.buckets()[i].params) {
-        const at::Tensor param = s.flat->params()[static_cast<size_t>(p)].contiguous();
+  } cleanup{partial};
+  visit_whole_parameters(
+      [&](size_t, const at::Tensor& param) {
+        if (!writer) {
+          std::filesystem::create_directories(dir);
+          writer = std::make_unique<checkpoint::SafetensorsWriter>(
+              partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
+        }
         writer->append(param.data_ptr(), static_cast<uint64_t>(param.nbytes()));
-      }
-    });
-    if (s.stage3) s.stage3->release_all();
-  }
-  attempt([&] {
-    writer->finish();
-    std::filesystem::rename(partial, path);
-    checkpoint::fsync_directory(dir);
-  });
-  engine::agree(s.comm, error, rank, "save_16bit_model");
+      },
+      [&] {
+        if (!writer) {  // no parameter at all
+          std::filesystem::create_directories(dir);
+          writer = std::make_unique<checkpoint::SafetensorsWriter>(
+              partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
+        }
+        writer->finish();
+        std::filesystem::rename(partial, path);
+        checkpoint::fsync_directory(dir);
+      },
+      0, "save_16bit_model");
+  cleanup.done = true;
   return true;
 }
 

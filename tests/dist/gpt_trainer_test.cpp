@@ -86,7 +86,7 @@ std::vector<double> losses(const TrainerResult& r) {
 TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
   Files f;
   zero::World single = zero::World::single_process();
-  const std::vector<double> reference = losses(train_gpt(options(f, 0, 20), single, nullptr));
+  const std::vector<double> reference = losses(train_model(options(f, 0, 20), single, nullptr));
   ASSERT_EQ(reference.size(), 20u);
 
   const Batch first = TokenData::from_shards(f.tokens.string(), kShape.vocab).batch(0, kRows, kShape.max_seq);
@@ -98,7 +98,7 @@ TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
   EXPECT_LT(reference[19], reference[0] - 0.05) << "the loss must fall";
 
   for (int stage : {1, 2, 3}) {
-    const std::vector<double> got = losses(train_gpt(options(f, stage, 20), test_world(), nullptr));
+    const std::vector<double> got = losses(train_model(options(f, stage, 20), test_world(), nullptr));
     ASSERT_EQ(got.size(), reference.size());
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_NEAR(got[i], reference[i], 1e-5 * reference[i]) << "stage " << stage << ", step " << i + 1;
@@ -108,18 +108,18 @@ TEST(GptTrainer, StagesAndRankCountsFollowTheOneProcessTrajectory) {
 TEST(GptTrainer, ExportThenInitGivesTheIdenticalNextStepLoss) {
   Files f;
   TrainerOptions six = options(f, 3, 6);
-  const std::vector<double> straight = losses(train_gpt(six, test_world(), nullptr));
+  const std::vector<double> straight = losses(train_model(six, test_world(), nullptr));
 
   TrainerOptions five = options(f, 3, 5);  // stage 3: the export gathers the units first
   five.export_path = (f.root / "exported.bin").string();
-  train_gpt(five, test_world(), nullptr);
+  train_model(five, test_world(), nullptr);
   test_world().communicator().barrier({.async = false});  // rank 0 writes the file every rank reads
 
   // From the export, on the stream from batch 5 on.
   TrainerOptions next = options(f, 3, 1);
   next.init = five.export_path;
   next.train_data = f.tail.string();
-  const std::vector<double> resumed = losses(train_gpt(next, test_world(), nullptr));
+  const std::vector<double> resumed = losses(train_model(next, test_world(), nullptr));
   ASSERT_EQ(resumed.size(), 1u);
   EXPECT_EQ(resumed[0], straight[5]);  // bitwise: the same fp32 weights and the same batch
 }
@@ -134,10 +134,10 @@ TEST(GptTrainer, Fp16TrainsWithTheLossScalerAtWork) {
     o.config_text.insert(
         o.config_text.size() - 1,
         R"(, "fp16": {"enabled": true, "initial_scale_power": 24, "hysteresis": 1, "loss_scale_window": 1000})");
-    return train_gpt(o, test_world(), nullptr);
+    return train_model(o, test_world(), nullptr);
   };
   zero::World single = zero::World::single_process();
-  const std::vector<double> fp32 = losses(train_gpt(options(f, 0, 1), single, nullptr));
+  const std::vector<double> fp32 = losses(train_model(options(f, 0, 1), single, nullptr));
   std::vector<double> stage0;
   for (int stage : {0, 2, 3}) {
     const TrainerResult r = fp16(stage);

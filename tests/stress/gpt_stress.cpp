@@ -2,7 +2,7 @@
 //
 //   mpirun -np N zero_stress --model gpt23m|wide --matrix full|subset [--steps 3]
 //
-// Trains the GPT through the same loop as zero-train (train_gpt) once per configuration of the
+// Trains the GPT through the same loop as zero-train (train_model) once per configuration of the
 // matrix, all in one job: stage × overlap_comm × reduce_bucket_size at stages 1-2; stage 3 ×
 // overlap_comm × stage3_prefetch_bucket_size (0 / small / default) × stage3_max_live_parameters ×
 // stage3_max_reuse_distance; each in fp32 and bf16, with gradient accumulation 1 and 2. Every
@@ -113,7 +113,7 @@ Outcome train(const Run& run, const GptShape& shape, const std::string& tokens, 
   o.steps = steps;
   o.print_every = steps + 1;  // silent (out is null anyway)
   o.export_path = dir + "/weights.bin";
-  auto result = zero::gpt::train_gpt(o, world, nullptr);
+  auto result = zero::gpt::train_model(o, world, nullptr);
   Outcome out;
   for (const auto& s : result.steps) out.losses.push_back(s.loss);
   if (world.rank() == 0) out.weights = zero::gpt::read_llmc_checkpoint(o.export_path).params;

@@ -1,0 +1,49 @@
+// What zero-train's loop (models/gpt/trainer.h) needs of a model, so that one loop — data,
+// schedule, logging, evaluation, checkpoints, export — trains every model family: the GPT of
+// llm.c's files and the Llama family of Hugging Face's.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace zero {
+class Engine;
+class World;
+}  // namespace zero
+
+namespace zero::models {
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+  virtual torch::nn::Module& module() = 0;
+  // Mean cross-entropy of next-token prediction over all positions.
+  virtual at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) = 0;
+  // Logits [B, T, V] (for sampling).
+  virtual at::Tensor logits(const at::Tensor& tokens) = 0;
+  virtual int64_t vocab() const = 0;
+  virtual int64_t max_seq() const = 0;
+  virtual int64_t hidden_size() const = 0;  // for the config's "auto" values
+  virtual int64_t parameters() const = 0;
+  virtual std::string describe() const = 0;  // "GPT-2 L=4 NH=4 C=128 V=256 maxT=128"
+  virtual void set_checkpoint_every(int64_t every) = 0;
+  // Model FLOPs per token (forward + backward) at rows of `seq` tokens.
+  virtual double flops_per_token(int64_t seq) const = 0;
+  // The activations of one micro-step, without and with checkpointing, when the model knows them.
+  virtual std::optional<std::pair<int64_t, int64_t>> activation_bytes(int64_t rows, int64_t seq,
+                                                                       int64_t checkpoint_every) const = 0;
+  // Saved with every checkpoint (client state), so tools can rebuild the model's files from it.
+  virtual nlohmann::json client_state() const = 0;
+  // Collective: writes the trained weights to `path` in the model's own format.
+  virtual void export_to(Engine& engine, World& world, const std::string& path) = 0;
+};
+
+}  // namespace zero::models

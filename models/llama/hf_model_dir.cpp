@@ -1,0 +1,168 @@
+#include "models/llama/hf_model_dir.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "checkpoint/files.h"
+#include "checkpoint/hf_directory_writer.h"
+#include "zero/engine.h"
+#include "zero/error.h"
+#include "zero/world.h"
+
+namespace zero::llama {
+namespace fs = std::filesystem;
+namespace {
+
+class FileWeights : public WeightSource {
+ public:
+  explicit FileWeights(const HfModel& model) : model_(model) {}
+  at::Tensor get(const HfTensor& t, at::ScalarType dtype) override {
+    const auto found = model_.weights->find(t.name);
+    if (!found.file) throw Error(model_.dir + ": no tensor " + t.name, t.name);  // open_hf_model checked
+    const at::Tensor mapped =
+        at::from_blob(const_cast<void*>(found.file->data(*found.tensor)), t.shape,
+                      at::TensorOptions().dtype(scalar_type_of(found.tensor->dtype)));
+    at::Tensor out = mapped.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+    found.file->release(*found.tensor);
+    return out;
+  }
+
+ private:
+  const HfModel& model_;
+};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string safetensors_dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "F32";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kHalf:
+      return "F16";
+    default:
+      throw Error(std::string("no Hugging Face export of dtype ") + c10::toString(dtype));
+  }
+}
+
+std::string torch_dtype_name(const std::string& dtype) {
+  return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
+}
+
+at::ScalarType scalar_type_of(const std::string& dtype) {
+  if (dtype == "F32") return at::kFloat;
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F16") return at::kHalf;
+  throw Error("dtype " + dtype + " is not a weight dtype zerocpp reads (F32, BF16, F16)", dtype);
+}
+
+bool ignored_hf_tensor(const LlamaConfig& config, const std::string& name) {
+  return name.ends_with(".rotary_emb.inv_freq") || (config.tie_word_embeddings && name == "lm_head.weight");
+}
+
+HfModel open_hf_model(const std::string& dir) {
+  HfModel m;
+  m.dir = dir;
+  if (!fs::is_directory(dir)) throw Error(dir + ": not a directory (a Hugging Face model directory is expected)", dir);
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path)) throw Error(config_path + ": missing (every Hugging Face model directory has one)", config_path);
+  try {
+    m.config_json = nlohmann::ordered_json::parse(checkpoint::read_text_file(config_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(config_path + ": not JSON (" + e.what() + ")", config_path);
+  }
+  m.config = parse_llama_config(nlohmann::json::parse(m.config_json.dump()), config_path);
+  m.weights = std::make_unique<checkpoint::SafetensorsModel>(dir);
+  // Every tensor the config implies, with its shape and a weight dtype; nothing else.
+  std::set<std::string> expected;
+  for (const HfTensor& t : llama_tensors(m.config)) {
+    expected.insert(t.name);
+    const auto found = m.weights->find(t.name);
+    if (!found.file) {
+      throw Error(dir + ": tensor " + t.name + " is missing (config.json implies it" +
+                      (t.name == "lm_head.weight" ? ": tie_word_embeddings is false" : "") + ")",
+                  t.name);
+    }
+    const auto& f = *found.tensor;
+    if (f.shape != t.shape) {
+      throw Error(found.file->path() + ": tensor " + t.name + " has shape " + shape_text(f.shape) +
+                      ", config.json implies " + shape_text(t.shape),
+                  t.name);
+    }
+    if (f.dtype != "F32" && f.dtype != "BF16" && f.dtype != "F16") {
+      throw Error(found.file->path() + ": tensor " + t.name + " has dtype " + f.dtype +
+                      " (weights must be F32, BF16 or F16)",
+                  t.name);
+    }
+    if (m.weights_dtype.empty()) m.weights_dtype = f.dtype;
+  }
+  for (const std::string& name : m.weights->names()) {
+    if (expected.contains(name) || ignored_hf_tensor(m.config, name)) continue;
+    throw Error(m.weights->find(name).file->path() + ": unexpected tensor " + name + " (not part of a " +
+                    m.config.architecture + " with this config.json)",
+                name);
+  }
+  return m;
+}
+
+std::unique_ptr<WeightSource> file_weights(const HfModel& model) { return std::make_unique<FileWeights>(model); }
+
+void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohmann::ordered_json& config_json,
+                    const HfExportOptions& options, World& world) {
+  // The engine's parameters under Hugging Face's names; a tied lm_head is the embedding, stored once.
+  const std::vector<Engine::ParameterInfo> params = engine.parameter_infos();
+  std::vector<checkpoint::SafetensorsEntry> entries;
+  std::string dtype;
+  for (const auto& p : params) {
+    const std::string d = safetensors_dtype_name(p.dtype);
+    if (dtype.empty()) dtype = d;
+    entries.push_back({hf_name(p.name), d, p.shape, static_cast<uint64_t>(p.bytes)});
+  }
+  // Every tensor of the model, each once (tied weights are one parameter to the engine).
+  std::set<std::string> expected;
+  for (const HfTensor& t : llama_tensors(model.config)) expected.insert(t.name);
+  for (const auto& e : entries) {
+    if (!expected.erase(e.name))
+      throw Error("the engine holds a parameter " + e.name + " that is not part of the Hugging Face model", e.name);
+  }
+  if (!expected.empty()) {
+    throw Error("the engine does not train " + *expected.begin() + " (frozen parameters are not exported yet)",
+                *expected.begin());
+  }
+  // Tensors go into the files in the order the engine makes them whole (a stage-3 unit at a
+  // time), not in transformers' order: waiting for the first layer would mean holding the others.
+  // transformers finds tensors by name, so the order within and across files does not matter.
+  std::unique_ptr<checkpoint::HfDirectoryWriter> writer;
+  auto open = [&] {
+    if (!writer) writer = std::make_unique<checkpoint::HfDirectoryWriter>(options.out_dir, entries, options.max_shard_bytes);
+  };
+  engine.visit_whole_parameters(
+      [&](size_t, const at::Tensor& value) {
+        open();
+        writer->append(value.data_ptr(), static_cast<uint64_t>(value.nbytes()));
+      },
+      [&] {
+        open();
+        writer->add_file("config.json", export_llama_config(config_json, torch_dtype_name(dtype)).dump(2) + "\n");
+        if (!options.source_dir.empty()) {
+          for (const auto& name : hf_side_files()) {
+            const fs::path from = fs::path(options.source_dir) / name;
+            if (fs::exists(from)) writer->add_file(name, checkpoint::read_text_file(from.string()));
+          }
+        }
+        writer->finish();
+      },
+      0, "export to " + options.out_dir);
+}
+
+}  // namespace zero::llama

@@ -1,0 +1,199 @@
+#include "models/llama/llama.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "models/common/compute.h"
+#include "zero/activation_checkpoint.h"
+#include "zero/error.h"
+
+namespace zero::llama {
+namespace {
+
+using models::compute;
+
+class RandomWeights : public WeightSource {
+ public:
+  at::Tensor get(const HfTensor& t, at::ScalarType dtype) override {
+    const bool vector = t.shape.size() == 1;
+    const bool norm = vector && t.name.find("norm") != std::string::npos;
+    at::Tensor out = vector ? (norm ? torch::ones(t.shape) : torch::zeros(t.shape)) : torch::randn(t.shape).mul_(0.02);
+    return out.to(dtype);
+  }
+};
+
+const HfTensor& find_tensor(const std::vector<HfTensor>& tensors, const std::string& name) {
+  for (const auto& t : tensors)
+    if (t.name == name) return t;
+  throw Error("no tensor " + name + " in the model's layout", name);
+}
+
+bool has_tensor(const std::vector<HfTensor>& tensors, const std::string& name) {
+  for (const auto& t : tensors)
+    if (t.name == name) return true;
+  return false;
+}
+
+std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+// transformers' LlamaRMSNorm (and Qwen2's, Mistral's): in fp32, cast back, then the weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return compute(weight) * normed.to(x.scalar_type());
+}
+
+at::Tensor linear(const at::Tensor& x, const Weights& w) {
+  return torch::nn::functional::linear(x, compute(w.weight), compute(w.bias));
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// transformers' default inverse frequencies, then its linear or llama3 rescaling
+// (modeling_rope_utils.py), in fp32 and in the same operations (Python's `a / tensor` is
+// tensor.reciprocal() * a).
+at::Tensor inverse_frequencies(const LlamaConfig& c) {
+  const int64_t dim = c.head_dim;
+  const at::Tensor exponent = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat) / static_cast<double>(dim);
+  at::Tensor inv_freq = torch::pow(c.rope_theta, exponent).reciprocal() * 1.0;
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScaling::Type::kLinear) return inv_freq / s.factor;
+  if (s.type != RopeScaling::Type::kLlama3) return inv_freq;
+  const double old_context = static_cast<double>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / s.low_freq_factor, high_freq_wavelen = old_context / s.high_freq_factor;
+  const at::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
+  at::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  const at::Tensor smooth = (wavelen.reciprocal() * old_context - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  const at::Tensor medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
+  return torch::where(medium, smoothed, scaled);
+}
+
+}  // namespace
+
+std::unique_ptr<WeightSource> random_weights() { return std::make_unique<RandomWeights>(); }
+
+Weights::Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors,
+                 at::ScalarType dtype) {
+  weight = register_parameter("weight", source.get(find_tensor(tensors, prefix + "weight"), dtype));
+  if (has_tensor(tensors, prefix + "bias"))
+    bias = register_parameter("bias", source.get(find_tensor(tensors, prefix + "bias"), dtype));
+}
+
+RotaryTables::RotaryTables(const LlamaConfig& config) : inv_freq_(inverse_frequencies(config)) {}
+
+std::pair<at::Tensor, at::Tensor> RotaryTables::cos_sin(int64_t seq, at::ScalarType dtype) {
+  if (!cos_.defined() || cos_.size(0) != seq) {
+    torch::NoGradGuard no_grad;
+    const at::Tensor positions = torch::arange(seq, torch::kLong).to(torch::kFloat);
+    const at::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, D/2], one rounding each
+    const at::Tensor angles = torch::cat({freqs, freqs}, -1);
+    cos_ = angles.cos();
+    sin_ = angles.sin();
+  }
+  return {cos_.to(dtype), sin_.to(dtype)};
+}
+
+LlamaAttention::LlamaAttention(const LlamaConfig&, WeightSource& source, const std::vector<HfTensor>& tensors,
+                               int layer, at::ScalarType dtype) {
+  const std::string p = layer_prefix(layer) + "self_attn.";
+  q_proj = register_module("q_proj", std::make_shared<Weights>(source, p + "q_proj.", tensors, dtype));
+  k_proj = register_module("k_proj", std::make_shared<Weights>(source, p + "k_proj.", tensors, dtype));
+  v_proj = register_module("v_proj", std::make_shared<Weights>(source, p + "v_proj.", tensors, dtype));
+  o_proj = register_module("o_proj", std::make_shared<Weights>(source, p + "o_proj.", tensors, dtype));
+}
+
+LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype) {
+  const std::string p = layer_prefix(layer) + "mlp.";
+  gate_proj = register_module("gate_proj", std::make_shared<Weights>(source, p + "gate_proj.", tensors, dtype));
+  up_proj = register_module("up_proj", std::make_shared<Weights>(source, p + "up_proj.", tensors, dtype));
+  down_proj = register_module("down_proj", std::make_shared<Weights>(source, p + "down_proj.", tensors, dtype));
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
+                                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype)
+    : config(c), rope(std::move(r)) {
+  // Registration order is transformers' (the engine lays buckets out from it).
+  const std::string p = layer_prefix(layer);
+  self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, source, tensors, layer, dtype));
+  mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, layer, dtype));
+  input_layernorm =
+      register_module("input_layernorm", std::make_shared<Weights>(source, p + "input_layernorm.", tensors, dtype));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", std::make_shared<Weights>(source, p + "post_attention_layernorm.", tensors, dtype));
+}
+
+at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = config.num_attention_heads, KV = config.num_key_value_heads, D = config.head_dim, G = H / KV;
+  const at::Tensor h = rms_norm(x, input_layernorm->weight, config.rms_norm_eps);
+  const auto [cos, sin] = rope->cos_sin(T, h.scalar_type());
+  auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
+  at::Tensor q = heads(linear(h, *self_attn->q_proj), H), k = heads(linear(h, *self_attn->k_proj), KV);
+  const at::Tensor v = heads(linear(h, *self_attn->v_proj), KV);
+  q = q * cos + rotate_half(q) * sin;  // [B, H, T, D], contiguous
+  k = k * cos + rotate_half(k) * sin;
+  // Grouped-query attention: query heads g·G..g·G+G-1 share key/value head g (transformers'
+  // repeat_kv), so the G heads' rows stack into one [G·T, D] matrix per key/value head and k, v
+  // are used as they are.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor scores = q.reshape({B, KV, G * T, D}).matmul(k.transpose(-2, -1)).view({B, H, T, T}) * scale;
+  at::Tensor blocked = torch::ones({T, T}, torch::kBool).triu(1);  // a key after the query
+  if (config.sliding_window > 0 && T > config.sliding_window)
+    blocked = blocked | torch::ones({T, T}, torch::kBool).tril(-config.sliding_window);  // too far before it
+  const at::Tensor probs = torch::softmax(scores.masked_fill(blocked, -INFINITY), -1, at::kFloat).to(q.scalar_type());
+  const at::Tensor attended = probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
+  const at::Tensor y = x + linear(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
+  const at::Tensor n2 = rms_norm(y, post_attention_layernorm->weight, config.rms_norm_eps);
+  return y + linear(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype) {
+  const std::vector<HfTensor> tensors = llama_tensors(c);
+  embed_tokens = register_module("embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype));
+  layer_list = register_module("layers", std::make_shared<torch::nn::Module>());
+  auto rope = std::make_shared<RotaryTables>(c);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    layers.push_back(layer_list->register_module(
+        std::to_string(l), std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype)));
+  }
+  norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
+}
+
+LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::ScalarType dtype) : config(std::move(c)) {
+  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype));
+  if (!config.tie_word_embeddings) {
+    lm_head = register_module("lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype));
+  }
+}
+
+const at::Tensor& LlamaForCausalLM::output_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  if (T > config.max_position_embeddings) {
+    throw Error("a sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings " +
+                    std::to_string(config.max_position_embeddings),
+                "max_position_embeddings");
+  }
+  namespace F = torch::nn::functional;
+  F::EmbeddingFuncOptions lookup;
+  if (config.pad_token_id >= 0) lookup.padding_idx(config.pad_token_id);
+  at::Tensor x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
+  x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every);
+  x = rms_norm(x, model->norm->weight, config.rms_norm_eps);
+  return torch::nn::functional::linear(x, compute(output_weight()));
+}
+
+at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  const at::Tensor logits = forward(tokens);
+  return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1));
+}
+
+}  // namespace zero::llama

@@ -1,0 +1,106 @@
+// The Llama decoder family in LibTorch (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM),
+// computing what transformers' modeling_llama.py / modeling_mistral.py / modeling_qwen2.py
+// compute in eager mode:
+//   x = embed_tokens[tokens]
+//   per layer: h = x + o_proj(attention(rope(q_proj(n1(x))), rope(k_proj(n1(x))), v_proj(n1(x))))
+//              x = h + down_proj(silu(gate_proj(n2(h))) * up_proj(n2(h)))
+//   logits = lm_head(norm(x))   (lm_head is embed_tokens when tie_word_embeddings)
+// RMSNorm in fp32 (x·rsqrt(mean(x²)+eps), cast back, then times the weight); rotary embeddings
+// in the rotate-half layout (the q/k weights as Hugging Face stores them) with cos/sin computed
+// in fp32 and cast to the activations' dtype; grouped-query attention (each key/value head serves
+// num_attention_heads / num_key_value_heads query heads, without copying k and v); scores scaled
+// by head_dim^-1/2, causal (and Mistral's sliding window), softmax in fp32; the loss is the mean
+// cross-entropy of fp32 logits.
+//
+// Parameters are named as Hugging Face names them, with each decoder layer a zero::Unit (stage 3
+// shards layer by layer), so the engine sees "model.layers.3.block.mlp.up_proj.weight" where the
+// file says "model.layers.3.mlp.up_proj.weight" (hf_name maps one to the other).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/llama/llama_config.h"
+#include "zero/unit.h"
+
+namespace zero::llama {
+
+// Where a model's weights come from while it is built: a tensor of the given name and shape, as
+// a new tensor of `dtype` (never sharing a file's pages).
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual at::Tensor get(const HfTensor& tensor, at::ScalarType dtype) = 0;
+};
+
+// Random weights from torch's global generator (every rank seeded alike draws the same):
+// matrices normal(0, 0.02), norms 1, biases 0 — transformers' _init_weights.
+std::unique_ptr<WeightSource> random_weights();
+
+// A weight (and bias) as stored: a module so that the names come out as transformers' do.
+struct Weights : torch::nn::Module {
+  Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors, at::ScalarType dtype);
+  at::Tensor weight, bias;  // bias undefined when the layer has none
+};
+
+// cos and sin of the rotary embedding for positions 0..T-1 (fp32, computed once per T).
+class RotaryTables {
+ public:
+  explicit RotaryTables(const LlamaConfig& config);
+  std::pair<at::Tensor, at::Tensor> cos_sin(int64_t seq, at::ScalarType dtype);
+  const at::Tensor& inv_freq() const { return inv_freq_; }
+
+ private:
+  at::Tensor inv_freq_, cos_, sin_;
+};
+
+struct LlamaAttention : torch::nn::Module {
+  LlamaAttention(const LlamaConfig& c, WeightSource& source, const std::vector<HfTensor>& tensors, int layer,
+                 at::ScalarType dtype);
+  std::shared_ptr<Weights> q_proj, k_proj, v_proj, o_proj;
+};
+
+struct LlamaMlp : torch::nn::Module {
+  LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype);
+  std::shared_ptr<Weights> gate_proj, up_proj, down_proj;
+};
+
+struct LlamaDecoderLayer : torch::nn::Module {
+  LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, WeightSource& source,
+                    const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& x);
+
+  const LlamaConfig& config;
+  std::shared_ptr<RotaryTables> rope;
+  std::shared_ptr<Weights> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<LlamaAttention> self_attn;
+  std::shared_ptr<LlamaMlp> mlp;
+};
+
+struct LlamaModel : torch::nn::Module {
+  LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype);
+  std::shared_ptr<Weights> embed_tokens, norm;
+  std::shared_ptr<torch::nn::Module> layer_list;  // registered as "layers": "0", "1", ...
+  std::vector<std::shared_ptr<zero::Unit<LlamaDecoderLayer>>> layers;
+};
+
+struct LlamaForCausalLM : torch::nn::Module {
+  // Built in `dtype` (the training dtype: no second copy when the engine takes it). Inside a
+  // zero::Init scope each decoder layer is partitioned as soon as it is built.
+  LlamaForCausalLM(LlamaConfig config, WeightSource& source, at::ScalarType dtype = at::kFloat);
+  // tokens [B, T] (int64, T <= max_position_embeddings) → logits [B, T, V] (fp32 under fp16).
+  at::Tensor forward(const at::Tensor& tokens);
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  // The lm_head weight: its own, or the embedding when tied.
+  const at::Tensor& output_weight() const;
+
+  LlamaConfig config;
+  std::shared_ptr<LlamaModel> model;
+  std::shared_ptr<Weights> lm_head;  // null when tied
+  int64_t checkpoint_every = 0;      // activation checkpointing, as the GPT's
+};
+
+}  // namespace zero::llama

@@ -1,0 +1,293 @@
+#include "models/llama/llama_config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "zero/error.h"
+
+namespace zero::llama {
+namespace {
+
+using json = nlohmann::json;
+
+// Fields that change nothing the trainer computes: token ids, generation defaults, and
+// PretrainedConfig's bookkeeping (full dumps of older transformers versions write them all).
+const std::set<std::string>& inert_fields() {
+  static const std::set<std::string> fields = {
+      "_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "initializer_range",
+      "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
+      "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "return_dict",
+      "output_attentions", "output_hidden_states", "output_scores", "return_dict_in_generate", "torchscript",
+      "use_bfloat16", "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward", "is_encoder_decoder",
+      "is_decoder", "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder", "finetuning_task",
+      "id2label", "label2id", "problem_type", "tokenizer_class", "prefix", "task_specific_params", "max_length",
+      "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+      "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+      "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+      "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+      "suppress_tokens", "begin_suppress_tokens", "architectures", "model_type", "auto_map", "custom_pipelines",
+      "keys_to_ignore_at_inference", "max_window_layers", "unsloth_version", "unsloth_fixed", "_from_model_config"};
+  return fields;
+}
+
+[[noreturn]] void refuse(const std::string& origin, const std::string& field, const std::string& why) {
+  throw Error(origin + ": " + field + ": " + why, field);
+}
+
+class Fields {
+ public:
+  Fields(const json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
+  template <class T>
+  T get(const std::string& key, T fallback) {
+    read_.insert(key);
+    if (!j_.contains(key) || j_[key].is_null()) return fallback;
+    try {
+      return j_[key].get<T>();
+    } catch (const json::exception&) {
+      refuse(origin_, key, "has the wrong type (" + j_[key].dump() + ")");
+    }
+  }
+  bool has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
+  const json& at(const std::string& key) {
+    read_.insert(key);
+    return j_.at(key);
+  }
+  void check_all_read() const {
+    for (const auto& [key, value] : j_.items()) {
+      if (read_.contains(key) || inert_fields().contains(key)) continue;
+      refuse(origin_, key, "a config.json field zerocpp does not know: it may change the model, so it is refused");
+    }
+  }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  const json& j_;
+  std::string origin_;
+  std::set<std::string> read_;
+};
+
+struct Defaults {
+  int64_t vocab, hidden, intermediate, layers, heads, max_positions;
+  std::optional<int64_t> kv_heads;  // none: num_attention_heads
+  int64_t sliding_window;
+};
+
+RopeScaling read_rope_scaling(const json& r, const std::string& origin, const std::string& key) {
+  RopeScaling s;
+  if (!r.is_object()) refuse(origin, key, "must be an object or null");
+  const std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
+                                                   : r.value("type", std::string("default"));
+  for (const auto& [field, value] : r.items()) {
+    static const std::set<std::string> known = {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+                                                "original_max_position_embeddings", "rope_theta"};
+    if (!known.contains(field)) refuse(origin, key + "." + field, "not a field of the linear or llama3 scaling");
+  }
+  if (type == "default") return s;
+  if (type == "linear") {
+    s.type = RopeScaling::Type::kLinear;
+  } else if (type == "llama3") {
+    s.type = RopeScaling::Type::kLlama3;
+    s.low_freq_factor = r.value("low_freq_factor", 1.0);
+    s.high_freq_factor = r.value("high_freq_factor", 4.0);
+    s.original_max_position_embeddings = r.value("original_max_position_embeddings", int64_t{8192});
+    if (s.high_freq_factor <= s.low_freq_factor) refuse(origin, key + ".high_freq_factor", "must exceed low_freq_factor");
+  } else {
+    refuse(origin, key + ".rope_type",
+           "\"" + type + "\" is not computed by zerocpp (llama3, linear and default are; dynamic, yarn, longrope, "
+                         "su and others are refused)");
+  }
+  if (!r.contains("factor")) refuse(origin, key + ".factor", "is required for " + type + " scaling");
+  s.factor = r["factor"].get<double>();
+  if (s.factor <= 0) refuse(origin, key + ".factor", "must be positive");
+  return s;
+}
+
+}  // namespace
+
+const char* LlamaConfig::family_name() const {
+  switch (family) {
+    case Family::kLlama:
+      return "Llama";
+    case Family::kMistral:
+      return "Mistral";
+    case Family::kQwen2:
+      return "Qwen2";
+  }
+  return "?";
+}
+
+LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
+  if (!j.is_object()) throw Error(origin + ": not a JSON object", origin);
+  Fields f(j, origin);
+  LlamaConfig c;
+  c.model_type = f.get<std::string>("model_type", "");
+  const auto architectures = f.get<std::vector<std::string>>("architectures", {});
+  const std::map<std::string, std::pair<std::string, Family>> families = {
+      {"llama", {"LlamaForCausalLM", Family::kLlama}},
+      {"mistral", {"MistralForCausalLM", Family::kMistral}},
+      {"qwen2", {"Qwen2ForCausalLM", Family::kQwen2}}};
+  const auto family = families.find(c.model_type);
+  if (family == families.end()) {
+    refuse(origin, "model_type",
+           "\"" + c.model_type + "\" is not a model zerocpp trains (llama, mistral and qwen2 are)");
+  }
+  c.family = family->second.second;
+  c.architecture = family->second.first;
+  for (const auto& a : architectures) {
+    if (a != c.architecture) {
+      refuse(origin, "architectures", "\"" + a + "\" is not " + c.architecture + " (the only head zerocpp builds for " +
+                                          c.model_type + ")");
+    }
+  }
+  const Defaults d = c.family == Family::kLlama     ? Defaults{32000, 4096, 11008, 32, 32, 2048, std::nullopt, 0}
+                     : c.family == Family::kMistral ? Defaults{32000, 4096, 14336, 32, 32, 131072, 8, 4096}
+                                                    : Defaults{151936, 4096, 22016, 32, 32, 32768, 32, 0};
+  c.vocab_size = f.get<int64_t>("vocab_size", d.vocab);
+  c.hidden_size = f.get<int64_t>("hidden_size", d.hidden);
+  c.intermediate_size = f.get<int64_t>("intermediate_size", d.intermediate);
+  c.num_hidden_layers = f.get<int64_t>("num_hidden_layers", d.layers);
+  c.num_attention_heads = f.get<int64_t>("num_attention_heads", d.heads);
+  // Absent: the family's default; null: as many as the attention heads (transformers' rule).
+  c.num_key_value_heads = j.contains("num_key_value_heads")
+                              ? f.get<int64_t>("num_key_value_heads", c.num_attention_heads)
+                              : d.kv_heads.value_or(c.num_attention_heads);
+  c.pad_token_id = f.get<int64_t>("pad_token_id", -1);
+  if (c.pad_token_id >= c.vocab_size) refuse(origin, "pad_token_id", "is not below vocab_size");
+  c.max_position_embeddings = f.get<int64_t>("max_position_embeddings", d.max_positions);
+  c.rms_norm_eps = f.get<double>("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = f.get<bool>("tie_word_embeddings", false);
+  c.torch_dtype = f.has("torch_dtype") ? j["torch_dtype"].get<std::string>() : j.value("dtype", std::string());
+  for (const auto* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "max_position_embeddings"}) {
+    if (j.contains(key) && j[key].is_number() && j[key].get<double>() < 1) refuse(origin, key, "must be positive");
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    refuse(origin, "num_key_value_heads",
+           std::to_string(c.num_key_value_heads) + " does not divide num_attention_heads " +
+               std::to_string(c.num_attention_heads));
+  }
+  c.head_dim = f.get<int64_t>("head_dim", 0);
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      refuse(origin, "head_dim", "absent, and hidden_size is not a multiple of num_attention_heads");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0) refuse(origin, "head_dim", "must be even (rotary embeddings rotate pairs)");
+
+  // Rotary embeddings: rope_theta and rope_scaling, or transformers 5's rope_parameters.
+  c.rope_theta = f.get<double>("rope_theta", 10000.0);
+  if (f.has("rope_scaling")) c.rope_scaling = read_rope_scaling(f.at("rope_scaling"), origin, "rope_scaling");
+  if (f.has("rope_parameters")) {
+    const json& p = f.at("rope_parameters");
+    c.rope_scaling = read_rope_scaling(p, origin, "rope_parameters");
+    if (p.contains("rope_theta")) c.rope_theta = p["rope_theta"].get<double>();
+  }
+  f.get<json>("rope_scaling", nullptr);
+
+  const std::string act = f.get<std::string>("hidden_act", "silu");
+  if (act != "silu" && act != "swish") refuse(origin, "hidden_act", "\"" + act + "\": the family's MLP is SwiGLU (silu)");
+  if (f.get<double>("attention_dropout", 0.0) != 0.0)
+    refuse(origin, "attention_dropout", "must be 0: zerocpp trains these models without dropout");
+  if (f.get<int64_t>("pretraining_tp", 1) != 1)
+    refuse(origin, "pretraining_tp", "must be 1 (tensor-parallel slicing of the linear layers is not computed)");
+  if (f.has("quantization_config")) refuse(origin, "quantization_config", "quantized weights are not trained");
+  f.get<json>("quantization_config", nullptr);
+
+  if (c.family == Family::kLlama) {
+    c.qkv_bias = c.o_bias = f.get<bool>("attention_bias", false);
+    c.mlp_bias = f.get<bool>("mlp_bias", false);
+  } else if (c.family == Family::kMistral) {
+    c.sliding_window = f.get<int64_t>("sliding_window", d.sliding_window);
+    if (j.contains("sliding_window") && j["sliding_window"].is_null()) c.sliding_window = 0;
+  } else {
+    c.qkv_bias = true;
+    if (f.get<bool>("use_sliding_window", false))
+      refuse(origin, "use_sliding_window", "Qwen2's per-layer sliding window is not computed by zerocpp");
+    f.get<int64_t>("sliding_window", 0);  // only read when use_sliding_window is true
+    f.get<bool>("use_mrope", false);
+    if (j.value("use_mrope", false)) refuse(origin, "use_mrope", "multimodal rotary embeddings (Qwen2-VL) are not computed");
+    if (f.has("layer_types")) {
+      for (const auto& t : f.at("layer_types"))
+        if (t != "full_attention") refuse(origin, "layer_types", "only full_attention layers are computed");
+    }
+  }
+  if (c.sliding_window < 0) refuse(origin, "sliding_window", "must be positive or null");
+  f.check_all_read();
+  return c;
+}
+
+LlamaConfig read_llama_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw Error(path + ": not JSON (" + e.what() + ")", path);
+  }
+  return parse_llama_config(j, path);
+}
+
+nlohmann::ordered_json export_llama_config(const nlohmann::ordered_json& input, const std::string& torch_dtype) {
+  nlohmann::ordered_json out = input;
+  out["torch_dtype"] = torch_dtype;
+  return out;
+}
+
+std::vector<HfTensor> llama_tensors(const LlamaConfig& c) {
+  std::vector<HfTensor> t;
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  t.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, -1});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) { t.push_back({p + name, std::move(shape), l}); };
+    add("input_layernorm.weight", {H});
+    add("self_attn.q_proj.weight", {c.q_size(), H});
+    if (c.qkv_bias) add("self_attn.q_proj.bias", {c.q_size()});
+    add("self_attn.k_proj.weight", {c.kv_size(), H});
+    if (c.qkv_bias) add("self_attn.k_proj.bias", {c.kv_size()});
+    add("self_attn.v_proj.weight", {c.kv_size(), H});
+    if (c.qkv_bias) add("self_attn.v_proj.bias", {c.kv_size()});
+    add("self_attn.o_proj.weight", {H, c.q_size()});
+    if (c.o_bias) add("self_attn.o_proj.bias", {H});
+    add("post_attention_layernorm.weight", {H});
+    add("mlp.gate_proj.weight", {I, H});
+    if (c.mlp_bias) add("mlp.gate_proj.bias", {I});
+    add("mlp.up_proj.weight", {I, H});
+    if (c.mlp_bias) add("mlp.up_proj.bias", {I});
+    add("mlp.down_proj.weight", {H, I});
+    if (c.mlp_bias) add("mlp.down_proj.bias", {H});
+  }
+  t.push_back({"model.norm.weight", {H}, -1});
+  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, H}, -1});
+  return t;
+}
+
+std::string hf_name(const std::string& engine_name) {
+  const std::string unit = ".block.";
+  const auto at = engine_name.find(unit);
+  if (at == std::string::npos || !engine_name.starts_with("model.layers.")) return engine_name;
+  return engine_name.substr(0, at) + "." + engine_name.substr(at + unit.size());
+}
+
+const std::vector<std::string>& hf_side_files() {
+  static const std::vector<std::string> files = {"generation_config.json", "tokenizer.json",  "tokenizer_config.json",
+                                                 "special_tokens_map.json", "tokenizer.model", "vocab.json",
+                                                 "merges.txt",              "added_tokens.json", "chat_template.jinja"};
+  return files;
+}
+
+int64_t llama_parameter_count(const LlamaConfig& c) {
+  int64_t n = 0;
+  for (const auto& t : llama_tensors(c)) {
+    int64_t e = 1;
+    for (int64_t d : t.shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+}  // namespace zero::llama

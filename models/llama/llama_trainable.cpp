@@ -1,0 +1,76 @@
+#include "models/llama/llama_trainable.h"
+
+#include <fmt/core.h>
+
+#include <optional>
+
+#include "zero/zero.h"
+
+namespace zero::llama {
+namespace {
+
+class LlamaTrainable : public models::TrainableModel {
+ public:
+  LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options)
+      : model_(hf.config, weights, dtype), config_json_(hf.config_json), source_dir_(hf.dir), options_(options) {}
+  torch::nn::Module& module() override { return model_; }
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
+  at::Tensor logits(const at::Tensor& tokens) override { return model_.forward(tokens); }
+  int64_t vocab() const override { return model_.config.vocab_size; }
+  int64_t max_seq() const override { return model_.config.max_position_embeddings; }
+  int64_t hidden_size() const override { return model_.config.hidden_size; }
+  int64_t parameters() const override { return llama_parameter_count(model_.config); }
+  std::string describe() const override {
+    const LlamaConfig& c = model_.config;
+    return fmt::format("{} ({}) layers={} hidden={} heads={} kv_heads={} head_dim={} intermediate={} vocab={}{}",
+                       c.architecture, source_dir_, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                       c.num_key_value_heads, c.head_dim, c.intermediate_size, c.vocab_size,
+                       c.tie_word_embeddings ? " tied" : "");
+  }
+  void set_checkpoint_every(int64_t every) override { model_.checkpoint_every = every; }
+  double flops_per_token(int64_t seq) const override { return llama_flops_per_token(model_.config, seq); }
+  std::optional<std::pair<int64_t, int64_t>> activation_bytes(int64_t, int64_t, int64_t) const override {
+    return std::nullopt;
+  }
+  // config.json goes along so that `zero-ckpt consolidate --format hf` can write the directory.
+  nlohmann::json client_state() const override {
+    return {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
+  }
+  void export_to(Engine& engine, World& world, const std::string& path) override {
+    write_hf_model(engine, model_, config_json_, {path, source_dir_, options_.max_shard_bytes}, world);
+  }
+
+ private:
+  LlamaForCausalLM model_;
+  nlohmann::ordered_json config_json_;
+  std::string source_dir_;
+  LlamaExportOptions options_;
+};
+
+}  // namespace
+
+at::ScalarType llama_training_dtype(const Config& config) {
+  return config.bf16 ? at::kBFloat16 : config.fp16.enabled ? at::kHalf : at::kFloat;
+}
+
+double llama_flops_per_token(const LlamaConfig& c, int64_t seq) {
+  const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double per_layer = H * static_cast<double>(c.q_size()) * 2 + H * static_cast<double>(c.kv_size()) * 2 + 3 * H * I;
+  const double matmul_weights = per_layer * static_cast<double>(c.num_hidden_layers) + H * static_cast<double>(c.vocab_size);
+  const double attention = 4.0 * static_cast<double>(seq) * static_cast<double>(c.q_size()) *
+                           static_cast<double>(c.num_hidden_layers);
+  const double forward = 2 * matmul_weights + attention;
+  return 3 * forward;
+}
+
+std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
+                                                   const LlamaExportOptions& export_options) {
+  // Stage 3: every rank reads every layer from the mapped files and keeps its shard (zero::Init),
+  // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
+  // holds the weights, as DeepSpeed does.
+  const auto weights = file_weights(hf);
+  Init partitioned(config, world);
+  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options);
+}
+
+}  // namespace zero::llama

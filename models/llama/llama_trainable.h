@@ -1,0 +1,34 @@
+// The Llama family as zero-train's loop sees it (models/common/trainable_model.h): built from a
+// Hugging Face model directory under zero::Init (stage 3: each decoder layer keeps only this
+// rank's shard as soon as it is read), exported as a Hugging Face directory.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "models/common/trainable_model.h"
+#include "models/llama/hf_model_dir.h"
+
+namespace zero {
+class Config;
+}
+
+namespace zero::llama {
+
+struct LlamaExportOptions {
+  uint64_t max_shard_bytes = 0;  // 0: one model.safetensors
+};
+
+// `hf` must stay alive while the model is built (this call); its files are read then.
+std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
+                                                   const LlamaExportOptions& export_options = {});
+
+// The training dtype the engine will use for `config` (bf16, fp16, or fp32).
+at::ScalarType llama_training_dtype(const Config& config);
+
+// Model FLOPs per token (a multiply-add counts 2): forward 2·(the matmul weights) plus attention's
+// two T×T products over all query heads (4·T·H·D per layer: the whole score matrix is computed,
+// then masked); backward twice the forward.
+double llama_flops_per_token(const LlamaConfig& config, int64_t seq);
+
+}  // namespace zero::llama

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Writes the Llama family's test cases with the independent Python reference (hf_llama.py, on
+# Debian's python3-torch): per case a random Hugging Face model directory (config.json + weights
+# in 1 or 3 safetensors shards, F32 / BF16 / F16) and the reference's losses on the shared token
+# shard — batch 0's loss, 10 steps of SGD and of AdamW in fp32, 10 steps of SGD in bf16 mixed
+# precision — which tests/dist/llama_trainer_test.cpp holds zerocpp to.
+#   tests/reference/make_llama_cases.sh OUT
+set -euo pipefail
+out=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3
+ref="$py $here/hf_llama.py"
+rows=12 seq=16
+mkdir -p "$out"
+# A learnable stream over 96 tokens (mostly t -> 5t+3 mod 96, some noise), llm.c's shard format;
+# tail.bin is the same stream from batch 3 on.
+$py - "$out" "$rows" "$seq" <<'PY'
+import random, struct, sys
+out, rows, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+ids = [0]
+for _ in range(30 * rows * seq):
+    ids.append((ids[-1] * 5 + 3) % 96 if rng.random() < 0.8 else rng.randrange(96))
+def shard(path, tokens):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+shard(f"{out}/tokens.bin", ids)
+shard(f"{out}/tail.bin", ids[3 * rows * seq:])
+PY
+
+# name, dtype in the files, shards, config.json
+cases=(
+  "llama_gqa|F32|3|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":112,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
+  "llama3_tied|BF16|1|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":48,\"intermediate_size\":80,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":1,\"head_dim\":16,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0,\"rope_scaling\":{\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":16,\"rope_type\":\"llama3\"},\"attention_bias\":true,\"mlp_bias\":true,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\"}"
+  "mistral_window|F16|3|{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"sliding_window\":5,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float16\"}"
+  "qwen2_bias|F32|3|{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":2,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name dtype shards config <<<"$c"
+  dir=$out/$name
+  mkdir -p "$dir"
+  echo "$config" >"$dir/config.in.json"
+  $ref make "$dir/model" --config "$dir/config.in.json" --seed 11 --dtype "$dtype" --shards "$shards" >/dev/null
+  common=(--data "$out/tokens.bin" --rows $rows --seq $seq)
+  loss=$($ref loss "$dir/model" "${common[@]}")
+  sgd=$($ref train "$dir/model" "${common[@]}" --steps 10 --optimizer sgd --lr 0.5)
+  adamw=$($ref train "$dir/model" "${common[@]}" --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 \
+          --beta1 0.9 --beta2 0.95 --eps 1e-8)
+  bf16=$($ref train "$dir/model" "${common[@]}" --steps 10 --optimizer sgd --lr 0.5 --precision bf16)
+  printf '{"loss": %s, "sgd": %s, "adamw": %s, "bf16_sgd": %s}\n' "$loss" "$sgd" "$adamw" "$bf16" >"$dir/expected.json"
+done
+echo "make_llama_cases: ${#cases[@]} cases in $out"
