@@ -27,7 +27,7 @@ const std::set<std::string>& inert_fields() {
       "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
       "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
       "suppress_tokens", "begin_suppress_tokens", "architectures", "model_type", "auto_map", "custom_pipelines",
-      "keys_to_ignore_at_inference", "max_window_layers", "unsloth_version", "unsloth_fixed", "_from_model_config"};
+      "keys_to_ignore_at_inference", "max_window_layers", "unsloth_version", "unsloth_fixed", "_from_model_config", "is_llama_config"};
   return fields;
 }
 
@@ -191,6 +191,8 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
     refuse(origin, "attention_dropout", "must be 0: zerocpp trains these models without dropout");
   if (f.get<int64_t>("pretraining_tp", 1) != 1)
     refuse(origin, "pretraining_tp", "must be 1 (tensor-parallel slicing of the linear layers is not computed)");
+  if (f.get<bool>("rope_interleaved", false))
+    refuse(origin, "rope_interleaved", "Meta's interleaved rotary layout is not computed (transformers' rotate-half is)");
   if (f.has("quantization_config")) refuse(origin, "quantization_config", "quantized weights are not trained");
   f.get<json>("quantization_config", nullptr);
 

@@ -44,7 +44,7 @@ std::string config(int stage, const std::string& optimizer, const std::string& p
                               : R"({"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8,
                                     "weight_decay": 0.1}})";
   // Small buckets: several reductions in flight per step at stages 0-2.
-  return R"({"train_batch_size": 12, "zero_optimization": {"stage": )" + std::to_string(stage) +
+  return R"({"train_batch_size": 12, "zero_allow_untested_optimizer": true, "zero_optimization": {"stage": )" + std::to_string(stage) +
          R"(, "reduce_bucket_size": 2000, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
             )" + (precision.empty() ? "" : precision + ", ") + R"("optimizer": )" + opt + "}";
 }
