@@ -28,7 +28,8 @@ JSON
 /usr/bin/python3 tests/reference/hf_llama.py make "$work/model" --config "$work/config.json" --seed 1 --dtype BF16 --shards 3
 /usr/bin/python3 - "$work/tokens.bin" "$vocab" <<'PY'
 import random, struct, sys
-ids = [random.Random(1).randrange(int(sys.argv[2])) for _ in range(20000)]
+rng = random.Random(1)
+ids = [rng.randrange(int(sys.argv[2])) for _ in range(20000)]
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack(f"<{len(ids)}H", *ids))
 PY
