@@ -22,7 +22,7 @@ namespace {
 // not a big model.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what, const std::string& tensor = {}) {
+[[noreturn]] void bad_file(const std::string& path, const std::string& what, const std::string& tensor = {}) {
   throw Error(path + ": " + (tensor.empty() ? "" : "tensor " + tensor + ": ") + what, tensor.empty() ? path : tensor);
 }
 
@@ -44,28 +44,28 @@ int safetensors_dtype_size(const std::string& dtype) {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (fd < 0) bad_file(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    fail(path, std::string("cannot stat: ") + std::strerror(errno));
+    bad_file(path, std::string("cannot stat: ") + std::strerror(errno));
   }
   map_bytes_ = static_cast<uint64_t>(st.st_size);
   if (map_bytes_ < 8) {
     ::close(fd);
-    fail(path, "truncated: " + std::to_string(map_bytes_) + " bytes, not even the 8-byte header length");
+    bad_file(path, "truncated: " + std::to_string(map_bytes_) + " bytes, not even the 8-byte header length");
   }
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);  // the mapping keeps the file
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    fail(path, std::string("cannot map: ") + std::strerror(errno));
+    bad_file(path, std::string("cannot map: ") + std::strerror(errno));
   }
   const auto* bytes = static_cast<const unsigned char*>(map_);
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | bytes[i];  // little-endian
   if (header_bytes > kMaxHeaderBytes || header_bytes > map_bytes_ - 8) {
-    fail(path, "bad header: its length field says " + std::to_string(header_bytes) + " bytes, the file has " +
+    bad_file(path, "bad header: its length field says " + std::to_string(header_bytes) + " bytes, the file has " +
                    std::to_string(map_bytes_ - 8) + " after it (truncated or not safetensors)");
   }
   data_offset_ = 8 + header_bytes;
@@ -74,15 +74,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8,
                                    reinterpret_cast<const char*>(bytes) + data_offset_);
   } catch (const nlohmann::json::exception& e) {
-    fail(path, std::string("bad header: not JSON (") + e.what() + ")");
+    bad_file(path, std::string("bad header: not JSON (") + e.what() + ")");
   }
-  if (!header.is_object()) fail(path, "bad header: not a JSON object");
+  if (!header.is_object()) bad_file(path, "bad header: not a JSON object");
   const uint64_t data_bytes = map_bytes_ - data_offset_;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
-      if (!entry.is_object()) fail(path, "bad header: __metadata__ is not an object");
+      if (!entry.is_object()) bad_file(path, "bad header: __metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) fail(path, "bad header: __metadata__." + key + " is not a string");
+        if (!value.is_string()) bad_file(path, "bad header: __metadata__." + key + " is not a string");
         metadata_[key] = value.get<std::string>();
       }
       continue;
@@ -93,24 +93,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       t.dtype = entry.at("dtype").get<std::string>();
       t.shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2) fail(path, "data_offsets must be [begin, end]", name);
+      if (offsets.size() != 2) bad_file(path, "data_offsets must be [begin, end]", name);
       t.begin = offsets[0];
       t.end = offsets[1];
     } catch (const nlohmann::json::exception& e) {
-      fail(path, std::string("bad header entry (") + e.what() + ")", name);
+      bad_file(path, std::string("bad header entry (") + e.what() + ")", name);
     }
     const int element = safetensors_dtype_size(t.dtype);
-    if (element == 0) fail(path, "unknown dtype " + t.dtype, name);
+    if (element == 0) bad_file(path, "unknown dtype " + t.dtype, name);
     for (int64_t d : t.shape)
-      if (d < 0) fail(path, "negative dimension in its shape", name);
+      if (d < 0) bad_file(path, "negative dimension in its shape", name);
     if (t.end < t.begin || t.end - t.begin != static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(element)) {
-      fail(path,
+      bad_file(path,
            "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + ") do not hold " +
                std::to_string(t.numel()) + " elements of " + t.dtype,
            name);
     }
     if (t.end > data_bytes) {
-      fail(path,
+      bad_file(path,
            "truncated: its data ends at byte " + std::to_string(t.end) + " of the data section, which has " +
                std::to_string(data_bytes),
            name);
@@ -124,11 +124,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             [](const auto* a, const auto* b) { return std::tie(a->begin, a->end) < std::tie(b->begin, b->end); });
   uint64_t next = 0;
   for (const auto* t : by_offset) {
-    if (t->begin != next) fail(path, "bad header: data_offsets leave a gap or overlap before it", t->name);
+    if (t->begin != next) bad_file(path, "bad header: data_offsets leave a gap or overlap before it", t->name);
     next = t->end;
   }
   if (next != data_bytes) {
-    fail(path, "bad header: the tensors cover " + std::to_string(next) + " bytes of a data section of " +
+    bad_file(path, "bad header: the tensors cover " + std::to_string(next) + " bytes of a data section of " +
                    std::to_string(data_bytes));
   }
   for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
@@ -164,39 +164,39 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) : dir_(dir) {
     try {
       index = nlohmann::json::parse(read_text_file(index_path.string()));
     } catch (const nlohmann::json::exception& e) {
-      fail(index_path.string(), std::string("not JSON (") + e.what() + ")");
+      bad_file(index_path.string(), std::string("not JSON (") + e.what() + ")");
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      fail(index_path.string(), "no \"weight_map\" object");
+      bad_file(index_path.string(), "no \"weight_map\" object");
     std::map<std::string, size_t> file_index;
     for (const auto& [name, file] : index["weight_map"].items()) {
-      if (!file.is_string()) fail(index_path.string(), "weight_map." + name + " is not a file name");
+      if (!file.is_string()) bad_file(index_path.string(), "weight_map." + name + " is not a file name");
       const std::string f = file.get<std::string>();
       if (f.find('/') != std::string::npos || f == ".." || f.empty())
-        fail(index_path.string(), "weight_map." + name + " names " + f + ", not a file beside the index");
+        bad_file(index_path.string(), "weight_map." + name + " names " + f + ", not a file beside the index");
       if (!file_index.contains(f)) {
         const fs::path shard = fs::path(dir) / f;
-        if (!fs::exists(shard)) fail(index_path.string(), "weight_map names a missing shard " + shard.string(), name);
+        if (!fs::exists(shard)) bad_file(index_path.string(), "weight_map names a missing shard " + shard.string(), name);
         file_index[f] = files_.size();
         files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
       }
       const size_t i = file_index[f];
-      if (!files_[i]->find(name)) fail(files_[i]->path(), "the index maps it here, but the file does not hold it", name);
+      if (!files_[i]->find(name)) bad_file(files_[i]->path(), "the index maps it here, but the file does not hold it", name);
       file_of_[name] = i;
     }
     for (const auto& file : files_) {
       for (const auto& t : file->tensors()) {
-        if (!file_of_.contains(t.name)) fail(file->path(), "in the shard but not in " + index_path.string(), t.name);
+        if (!file_of_.contains(t.name)) bad_file(file->path(), "in the shard but not in " + index_path.string(), t.name);
         if (file_of_[t.name] != static_cast<size_t>(&file - files_.data()))
-          fail(file->path(), "also in another shard than the one the index names", t.name);
+          bad_file(file->path(), "also in another shard than the one the index names", t.name);
       }
     }
-    if (files_.empty()) fail(index_path.string(), "the weight_map is empty");
+    if (files_.empty()) bad_file(index_path.string(), "the weight_map is empty");
   } else if (fs::exists(single)) {
     files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
     for (const auto& t : files_.front()->tensors()) file_of_[t.name] = 0;
   } else {
-    fail(dir, "no model.safetensors and no model.safetensors.index.json (a .bin / pickle checkpoint is not read: "
+    bad_file(dir, "no model.safetensors and no model.safetensors.index.json (a .bin / pickle checkpoint is not read: "
               "convert it to safetensors)");
   }
 }

@@ -131,21 +131,19 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
       if (!done) std::filesystem::remove(path, ec);
     }
   } cleanup{partial};
+  auto open = [&] {  // on rank 0, at its first parameter (or at the end when there is none)
+    if (writer) return;
+    std::filesystem::create_directories(dir);
+    writer = std::make_unique<checkpoint::SafetensorsWriter>(
+        partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
+  };
   visit_whole_parameters(
       [&](size_t, const at::Tensor& param) {
-        if (!writer) {
-          std::filesystem::create_directories(dir);
-          writer = std::make_unique<checkpoint::SafetensorsWriter>(
-              partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
-        }
+        open();
         writer->append(param.data_ptr(), static_cast<uint64_t>(param.nbytes()));
       },
       [&] {
-        if (!writer) {  // no parameter at all
-          std::filesystem::create_directories(dir);
-          writer = std::make_unique<checkpoint::SafetensorsWriter>(
-              partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
-        }
+        open();
         writer->finish();
         std::filesystem::rename(partial, path);
         checkpoint::fsync_directory(dir);
