@@ -242,7 +242,6 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
 
   Report report(out, options.progress_bar, options.steps);
-  report.line(fmt::format("zero-train: model built: peak RSS so far {} KiB per rank", fmt::join(load_rss, " ")));
   report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, {} ({} parameters)", world.size(),
                           world.size() == 1 ? "" : "s", config.zero.stage, model.describe(), model.parameters()));
   report.line(
@@ -261,6 +260,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
                                              : fmt::format(" (on: every {}th block)", options.checkpoint_every))
             : " (off: --activation-checkpointing)"));
   }
+  report.line(fmt::format("zero-train: model built: peak RSS so far {} KiB per rank", fmt::join(load_rss, " ")));
   TrainerResult result;
   int64_t start_step = 0;
   if (options.resume) {
