@@ -48,7 +48,11 @@ class Fields {
       refuse(origin_, key, "has the wrong type (" + j_[key].dump() + ")");
     }
   }
-  bool has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
+  // Asking counts as reading: a field set to null is then accepted as absent.
+  bool has(const std::string& key) {
+    read_.insert(key);
+    return j_.contains(key) && !j_[key].is_null();
+  }
   const json& at(const std::string& key) {
     read_.insert(key);
     return j_.at(key);
@@ -183,7 +187,6 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
     c.rope_scaling = read_rope_scaling(p, origin, "rope_parameters");
     if (p.contains("rope_theta")) c.rope_theta = p["rope_theta"].get<double>();
   }
-  f.get<json>("rope_scaling", nullptr);
 
   const std::string act = f.get<std::string>("hidden_act", "silu");
   if (act != "silu" && act != "swish") refuse(origin, "hidden_act", "\"" + act + "\": the family's MLP is SwiGLU (silu)");
@@ -194,7 +197,6 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   if (f.get<bool>("rope_interleaved", false))
     refuse(origin, "rope_interleaved", "Meta's interleaved rotary layout is not computed (transformers' rotate-half is)");
   if (f.has("quantization_config")) refuse(origin, "quantization_config", "quantized weights are not trained");
-  f.get<json>("quantization_config", nullptr);
 
   if (c.family == Family::kLlama) {
     c.qkv_bias = c.o_bias = f.get<bool>("attention_bias", false);
