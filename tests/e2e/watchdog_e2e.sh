@@ -57,7 +57,7 @@ port=$((20000 + RANDOM % 20000))
 "$bin/zero-run" -n 2 --timeout 5 "$bin/zero-train" --steps 100000 --print-every 1 --no-progress --metrics-port $port \
   --layers 1 --heads 2 --channels 32 --max-seq 16 --save-dir "$tmp/ckpt" --save-every 1000000 > "$tmp/train.log" 2>&1 &
 job=$!
-for _ in $(seq 1 100); do grep -q '^step' "$tmp/train.log" && break; sleep 0.2; done
+for _ in $(seq 1 300); do grep -q '^step' "$tmp/train.log" && break; sleep 0.2; done
 victim=$(rank_pid zero-train 1)
 [[ -n $victim ]] || { echo "FAIL train: rank 1 not found"; cat "$tmp/train.log"; fail=1; }
 start=$(date +%s%N)
