@@ -1,0 +1,249 @@
+// Encoding runs the tokenizers library's pipeline: added tokens are cut out of the raw text first
+// (leftmost, then longest), every other stretch is normalized, pre-tokenized into words, and each
+// word goes through the BPE model; the post-processor's template adds the special tokens.
+// Decoding maps ids to tokens and runs the decoders.
+#include "text/tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "text/bpe.h"
+#include "text/pipeline.h"
+#include "zero/error.h"
+
+namespace zero::text {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct AddedToken {
+  std::string content;
+  int32_t id;
+  bool special;
+};
+
+struct Tokenizer::Impl {
+  std::optional<Bpe> model;
+  Normalize normalize;
+  PreTokenize pre_tokenize;
+  PostProcess post_process;
+  Decode decode;
+  std::vector<AddedToken> added;
+  std::map<unsigned char, std::vector<const AddedToken*>> added_by_first_byte;  // longest first
+  std::unordered_map<int32_t, const AddedToken*> added_by_id;
+  std::vector<std::string> model_tokens;  // id → token
+  json config;                            // tokenizer_config.json, or null
+
+  std::optional<int32_t> config_token(const char* key) const;
+};
+
+namespace {
+
+json read_json(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(file.string() + ": cannot open", file.string());
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(file.string() + ": not valid JSON: " + e.what(), file.string());
+  }
+}
+
+// A token setting of tokenizer_config.json: "text", {"content": "text", ...}, or null.
+std::optional<std::string> token_text(const json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content")) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int32_t> Tokenizer::Impl::config_token(const char* key) const {
+  const std::optional<std::string> text = token_text(config, key);
+  if (!text) return std::nullopt;
+  for (const AddedToken& a : added)
+    if (a.content == *text) return a.id;
+  const auto it = model->vocab().find(*text);
+  if (it == model->vocab().end())
+    throw Error("tokenizer_config.json: " + std::string(key) + " \"" + *text + "\" is not a token of tokenizer.json",
+                key);
+  return it->second;
+}
+
+Tokenizer Tokenizer::load(const std::string& file_or_dir) {
+  fs::path file = file_or_dir;
+  if (fs::is_directory(file)) file /= "tokenizer.json";
+  if (!fs::exists(file)) throw Error(file.string() + ": no such file", file.string());
+  const json doc = read_json(file);
+  const std::string name = file.filename().string();
+  auto impl = std::make_unique<Impl>();
+  const fs::path config_file = file.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config_file)) impl->config = read_json(config_file);
+
+  try {
+    for (const char* key : {"truncation", "padding"})
+      if (doc.contains(key) && !doc[key].is_null())
+        throw Error(name + ": " + key + " is set, and zerocpp's tokenizer does not apply it: set it to null", key);
+    impl->model.emplace(doc.at("model"), name + ": model");
+    impl->normalize = build_normalizer(doc.value("normalizer", json()), name + ": normalizer");
+    impl->pre_tokenize = build_pre_tokenizer(doc.value("pre_tokenizer", json()), name + ": pre_tokenizer");
+    impl->post_process = build_post_processor(doc.value("post_processor", json()), name + ": post_processor");
+    impl->decode = build_decoder(doc.value("decoder", json()), name + ": decoder");
+    const json& added = doc.value("added_tokens", json::array());
+    for (size_t i = 0; i < added.size(); ++i) {
+      const json& a = added[i];
+      const std::string where = name + ": added_tokens[" + std::to_string(i) + "]";
+      for (const char* flag : {"single_word", "lstrip", "rstrip"})
+        if (a.value(flag, false))
+          throw Error(where + " (" + a.value("content", std::string()) + "): " + flag +
+                          " is not supported by zerocpp's tokenizer",
+                      where);
+      const bool special = a.value("special", false);
+      if (a.value("normalized", !special))
+        throw Error(where + " (" + a.value("content", std::string()) +
+                        "): matching added tokens in normalized text is not supported by zerocpp's tokenizer",
+                    where);
+      impl->added.push_back({a.at("content").get<std::string>(), a.at("id").get<int32_t>(), special});
+    }
+  } catch (const json::exception& e) {
+    throw Error(file.string() + ": " + e.what(), file.string());
+  }
+  for (const AddedToken& a : impl->added) {
+    if (a.content.empty()) continue;
+    impl->added_by_first_byte[static_cast<unsigned char>(a.content[0])].push_back(&a);
+    impl->added_by_id[a.id] = &a;
+  }
+  for (auto& [byte, list] : impl->added_by_first_byte)
+    std::stable_sort(list.begin(), list.end(),
+                     [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+  int32_t largest = -1;
+  for (const auto& [token, id] : impl->model->vocab()) largest = std::max(largest, id);
+  impl->model_tokens.resize(static_cast<size_t>(largest + 1));
+  for (const auto& [token, id] : impl->model->vocab())
+    if (id >= 0) impl->model_tokens[static_cast<size_t>(id)] = token;
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special) const {
+  const std::string text = valid_utf8(input);
+  std::vector<int32_t> ids;
+  const auto encode_stretch = [&](size_t begin, size_t end) {
+    if (end <= begin) return;
+    std::string s = text.substr(begin, end - begin);
+    impl_->normalize(s);
+    if (s.empty()) return;
+    for (const std::string& word : impl_->pre_tokenize({std::move(s)})) impl_->model->encode_word(word, ids);
+  };
+  size_t stretch = 0;
+  for (size_t i = 0; i < text.size();) {
+    const auto candidates = impl_->added_by_first_byte.find(static_cast<unsigned char>(text[i]));
+    const AddedToken* found = nullptr;
+    if (candidates != impl_->added_by_first_byte.end())
+      for (const AddedToken* a : candidates->second)
+        if (text.compare(i, a->content.size(), a->content) == 0) {
+          found = a;
+          break;
+        }
+    if (!found) {
+      ++i;
+      continue;
+    }
+    encode_stretch(stretch, i);
+    ids.push_back(found->id);
+    i += found->content.size();
+    stretch = i;
+  }
+  encode_stretch(stretch, text.size());
+  return add_special ? impl_->post_process(std::move(ids)) : ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special, bool clean_up_spaces) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    const auto added = impl_->added_by_id.find(id);
+    if (added != impl_->added_by_id.end()) {
+      if (!(skip_special && added->second->special)) tokens.push_back(added->second->content);
+    } else if (id >= 0 && static_cast<size_t>(id) < impl_->model_tokens.size() &&
+               !impl_->model_tokens[static_cast<size_t>(id)].empty()) {
+      tokens.push_back(impl_->model_tokens[static_cast<size_t>(id)]);
+    } else {
+      throw Error("decode: " + std::to_string(id) + " is not an id of this tokenizer (vocabulary size " +
+                  std::to_string(vocab_size()) + ")");
+    }
+  }
+  std::string text;
+  for (const std::string& s : impl_->decode(std::move(tokens))) text += s;
+  if (clean_up_spaces) {  // transformers' clean_up_tokenization
+    static const std::pair<const char*, const char*> kRules[] = {
+        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+        {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+    for (const auto& [from, to] : kRules) {
+      std::string out;
+      const std::string f = from;
+      size_t at = 0, hit;
+      while ((hit = text.find(f, at)) != std::string::npos) {
+        out.append(text, at, hit - at);
+        out += to;
+        at = hit + f.size();
+      }
+      out.append(text, at, std::string::npos);
+      text = std::move(out);
+    }
+  }
+  return text;
+}
+
+int32_t Tokenizer::vocab_size() const {
+  int32_t n = static_cast<int32_t>(impl_->model_tokens.size());
+  for (const AddedToken& a : impl_->added) n = std::max(n, a.id + 1);
+  return n;
+}
+
+std::optional<int32_t> Tokenizer::token_to_id(const std::string& token) const {
+  for (const AddedToken& a : impl_->added)
+    if (a.content == token) return a.id;
+  const auto it = impl_->model->vocab().find(token);
+  if (it == impl_->model->vocab().end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
+  const auto added = impl_->added_by_id.find(id);
+  if (added != impl_->added_by_id.end()) return added->second->content;
+  if (id >= 0 && static_cast<size_t>(id) < impl_->model_tokens.size() && !impl_->model_tokens[static_cast<size_t>(id)].empty())
+    return impl_->model_tokens[static_cast<size_t>(id)];
+  return std::nullopt;
+}
+
+std::optional<int32_t> Tokenizer::bos_id() const { return impl_->config_token("bos_token"); }
+std::optional<int32_t> Tokenizer::eos_id() const { return impl_->config_token("eos_token"); }
+std::optional<int32_t> Tokenizer::pad_id() const { return impl_->config_token("pad_token"); }
+
+bool Tokenizer::clean_up_tokenization_spaces() const {
+  return impl_->config.is_object() && impl_->config.value("clean_up_tokenization_spaces", false);
+}
+
+std::string Tokenizer::chat_template() const {
+  if (!impl_->config.is_object() || !impl_->config.contains("chat_template")) return {};
+  const json& t = impl_->config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())  // [{"name": "default", "template": ...}, ...]
+    for (const json& named : t)
+      if (named.value("name", std::string()) == "default") return named.value("template", std::string());
+  return {};
+}
+
+}  // namespace zero::text
