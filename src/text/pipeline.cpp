@@ -54,6 +54,19 @@ std::string replace_all(const Regex& pattern, const std::string& text, const std
   return out;
 }
 
+// A "Sequence" block: the stages of its list `key`, each built by `build`, applied in order.
+template <typename Stage, typename Build>
+Stage chain(const json& block, const char* key, const std::string& path, Build build) {
+  std::vector<Stage> steps;
+  const json& list = block.at(key);
+  for (size_t i = 0; i < list.size(); ++i)
+    steps.push_back(build(list[i], path + "." + key + "[" + std::to_string(i) + "]"));
+  return [steps](auto value) {
+    for (const Stage& step : steps) value = step(std::move(value));
+    return value;
+  };
+}
+
 // The tokenizers library's SplitDelimiterBehavior: what becomes of each match and the gaps.
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
@@ -215,16 +228,7 @@ Normalize build_normalizer(const json& block, const std::string& path) {
 PreTokenize build_pre_tokenizer(const json& block, const std::string& path) {
   if (block.is_null()) return [](std::vector<std::string> pieces) { return pieces; };
   const std::string type = type_of(block, path);
-  if (type == "Sequence") {
-    std::vector<PreTokenize> steps;
-    const json& list = block.at("pretokenizers");
-    for (size_t i = 0; i < list.size(); ++i)
-      steps.push_back(build_pre_tokenizer(list[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
-    return [steps](std::vector<std::string> pieces) {
-      for (const PreTokenize& step : steps) pieces = step(std::move(pieces));
-      return pieces;
-    };
-  }
+  if (type == "Sequence") return chain<PreTokenize>(block, "pretokenizers", path, build_pre_tokenizer);
   if (type == "Split") {
     if (option(block, "invert", false)) not_built(path + ".invert", "true");
     return splitter(pattern_of(block, path), behavior_of(block, path));
@@ -260,16 +264,7 @@ Decode build_decoder(const json& block, const std::string& path) {
     };
   }
   const std::string type = type_of(block, path);
-  if (type == "Sequence") {
-    std::vector<Decode> steps;
-    const json& list = block.at("decoders");
-    for (size_t i = 0; i < list.size(); ++i)
-      steps.push_back(build_decoder(list[i], path + ".decoders[" + std::to_string(i) + "]"));
-    return [steps](std::vector<std::string> tokens) {
-      for (const Decode& step : steps) tokens = step(std::move(tokens));
-      return tokens;
-    };
-  }
+  if (type == "Sequence") return chain<Decode>(block, "decoders", path, build_decoder);
   if (type == "ByteLevel") {
     return [](std::vector<std::string> tokens) {
       std::string bytes;
@@ -343,16 +338,7 @@ PostProcess build_post_processor(const json& block, const std::string& path) {
   if (block.is_null()) return [](std::vector<int32_t> ids) { return ids; };
   const std::string type = type_of(block, path);
   if (type == "ByteLevel") return [](std::vector<int32_t> ids) { return ids; };  // offsets only
-  if (type == "Sequence") {
-    std::vector<PostProcess> steps;
-    const json& list = block.at("processors");
-    for (size_t i = 0; i < list.size(); ++i)
-      steps.push_back(build_post_processor(list[i], path + ".processors[" + std::to_string(i) + "]"));
-    return [steps](std::vector<int32_t> ids) {
-      for (const PostProcess& step : steps) ids = step(std::move(ids));
-      return ids;
-    };
-  }
+  if (type == "Sequence") return chain<PostProcess>(block, "processors", path, build_post_processor);
   if (type == "TemplateProcessing") {
     // The single-sequence template: special tokens' ids around $A (sequence "A").
     std::vector<std::vector<int32_t>> before, after;

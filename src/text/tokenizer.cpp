@@ -39,6 +39,7 @@ struct Tokenizer::Impl {
   std::vector<std::string> model_tokens;  // id → token
   json config;                            // tokenizer_config.json, or null
 
+  std::optional<int32_t> id_of(const std::string& token) const;  // an added token's, else the model's
   std::optional<int32_t> config_token(const char* key) const;
 };
 
@@ -65,16 +66,22 @@ std::optional<std::string> token_text(const json& config, const char* key) {
 
 }  // namespace
 
+std::optional<int32_t> Tokenizer::Impl::id_of(const std::string& token) const {
+  for (const AddedToken& a : added)
+    if (a.content == token) return a.id;
+  const auto it = model->vocab().find(token);
+  if (it == model->vocab().end()) return std::nullopt;
+  return it->second;
+}
+
 std::optional<int32_t> Tokenizer::Impl::config_token(const char* key) const {
   const std::optional<std::string> text = token_text(config, key);
   if (!text) return std::nullopt;
-  for (const AddedToken& a : added)
-    if (a.content == *text) return a.id;
-  const auto it = model->vocab().find(*text);
-  if (it == model->vocab().end())
+  const std::optional<int32_t> id = id_of(*text);
+  if (!id)
     throw Error("tokenizer_config.json: " + std::string(key) + " \"" + *text + "\" is not a token of tokenizer.json",
                 key);
-  return it->second;
+  return id;
 }
 
 Tokenizer Tokenizer::load(const std::string& file_or_dir) {
@@ -212,13 +219,7 @@ int32_t Tokenizer::vocab_size() const {
   return n;
 }
 
-std::optional<int32_t> Tokenizer::token_to_id(const std::string& token) const {
-  for (const AddedToken& a : impl_->added)
-    if (a.content == token) return a.id;
-  const auto it = impl_->model->vocab().find(token);
-  if (it == impl_->model->vocab().end()) return std::nullopt;
-  return it->second;
-}
+std::optional<int32_t> Tokenizer::token_to_id(const std::string& token) const { return impl_->id_of(token); }
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   const auto added = impl_->added_by_id.find(id);
