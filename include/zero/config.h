@@ -26,7 +26,21 @@ namespace zero {
 enum class OffloadDevice { kNone, kCpu, kNvme };
 enum class CommDType { kModel, kFp32, kFp16, kBf16 };  // kModel: the model's own dtype
 enum class OptimizerType { kNone, kAdam, kAdamW, kCpuAdam, kAdagrad, kLamb, kLion, kSgd };
-enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
+// The last four are the Hugging Face Trainer's own schedules (--lr_scheduler_type linear, cosine,
+// constant, constant_with_warmup), which a trainer sets when the config has no "scheduler" block;
+// no config file names them.
+enum class SchedulerType {
+  kNone,
+  kWarmupLR,
+  kWarmupDecayLR,
+  kWarmupCosineLR,
+  kOneCycle,
+  kLRRangeTest,
+  kTrainerLinear,
+  kTrainerCosine,
+  kTrainerConstant,
+  kTrainerConstantWithWarmup
+};
 enum class TagValidation { kIgnore, kWarn, kFail };
 
 // Where an effective value came from, for `zero-config check`.
@@ -117,6 +131,7 @@ struct SchedulerConfig {
   int64_t warmup_num_steps = 1000;
   std::string warmup_type = "log";  // "log" | "linear"
   int64_t total_num_steps = 0;      // required by WarmupDecayLR and WarmupCosineLR
+  // (The Trainer's schedules use warmup_num_steps and total_num_steps, unclamped.)
   // WarmupCosineLR
   double warmup_min_ratio = 0, cos_min_ratio = 1e-4;
   // OneCycle

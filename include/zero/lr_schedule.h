@@ -1,6 +1,8 @@
 // zero::LrSchedule — DeepSpeed's learning-rate schedules (WarmupLR, WarmupDecayLR,
 // WarmupCosineLR, OneCycle with momentum cycling, LRRangeTest), with DeepSpeed's formulas and its
-// stepping convention:
+// stepping convention (and the Hugging Face Trainer's linear, cosine, constant and
+// constant_with_warmup, which run at base × factor(k) on the step after k applied steps, so a
+// warmup's first step runs at lr 0, as the Trainer's does):
 //
 //   - the schedule starts at last_batch_iteration = -1 and step() is called after every applied
 //     optimizer step (never after a skipped fp16 step);
@@ -40,6 +42,8 @@ class LrSchedule {
   std::optional<std::pair<double, double>> betas_at(int64_t last_batch_iteration) const;
 
  private:
+  bool is_trainer_schedule() const;
+  double trainer_factor(int64_t steps_taken) const;
   double warmup_fraction(int64_t iteration) const;  // the 0..1 warmup "gamma"
   double one_cycle_scale(int64_t iteration) const;
 

@@ -27,6 +27,9 @@ class TrainableModel {
   virtual torch::nn::Module& module() = 0;
   // Mean cross-entropy of next-token prediction over all positions.
   virtual at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) = 0;
+  // Summed cross-entropy of the targets that are not -100 (PyTorch's ignore_index), in fp32: the
+  // supervised fine-tuning loss before it is averaged over a step's learned tokens.
+  virtual at::Tensor loss_sum(const at::Tensor& tokens, const at::Tensor& targets) = 0;
   // Logits [B, T, V] (for sampling).
   virtual at::Tensor logits(const at::Tensor& tokens) = 0;
   virtual int64_t vocab() const = 0;

@@ -17,6 +17,11 @@ class GptTrainable : public models::TrainableModel {
   Gpt& gpt() { return model_; }
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
+  at::Tensor loss_sum(const at::Tensor& x, const at::Tensor& y) override {
+    const at::Tensor logits = model_.forward(x);
+    return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), y.reshape(-1), {},
+                                     at::Reduction::Sum, -100);
+  }
   at::Tensor logits(const at::Tensor& tokens) override { return model_.forward(tokens); }
   int64_t vocab() const override { return model_.shape.vocab; }
   int64_t max_seq() const override { return model_.shape.max_seq; }

@@ -4,14 +4,13 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <functional>
 #include <optional>
 
+#include "models/common/peak_rss.h"
 #include "models/common/trainable_model.h"
 #include "models/gpt/builtin_corpus.h"
 #include "models/gpt/gpt_trainable.h"
@@ -140,18 +139,6 @@ struct Run {
   }
 };
 
-// Collective: every rank's peak resident memory so far (KiB).
-std::vector<int64_t> peak_rss_per_rank(World& world) {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  at::Tensor rss = torch::full({1}, static_cast<double>(usage.ru_maxrss), torch::kDouble);
-  at::Tensor each = torch::zeros({world.size()}, torch::kDouble);
-  world.communicator().all_gather(rss, each, {.async = false});
-  std::vector<int64_t> out;
-  for (int r = 0; r < world.size(); ++r) out.push_back(each[r].item<int64_t>());
-  return out;
-}
-
 }  // namespace
 
 const std::string& builtin_config() {
@@ -237,7 +224,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = model.flops_per_token(seq) * seq});
   // Each rank's peak RSS once the model is built and the engine holds it (stage 3 from a Hugging
   // Face directory: one layer whole at a time; bench/llama_load_memory.sh).
-  const std::vector<int64_t> load_rss = peak_rss_per_rank(world);
+  const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
   Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
 
@@ -350,7 +337,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   {
     // What an operator compares across runs and tools: the largest peak RSS of any rank, and this
     // rank's model-state bytes (parameters, gradients, master weights, optimizer state, buckets).
-    const std::vector<int64_t> rss = peak_rss_per_rank(world);
+    const std::vector<int64_t> rss = models::peak_rss_per_rank(world);
     report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank; per rank: {}), model state {} bytes on rank 0",
                             *std::max_element(rss.begin(), rss.end()), fmt::join(rss, " "), engine.memory_report().total()));
     const SwapTraffic swap = engine.swap_traffic();

@@ -196,4 +196,10 @@ at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& ta
   return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1));
 }
 
+at::Tensor LlamaForCausalLM::loss_sum(const at::Tensor& tokens, const at::Tensor& targets) {
+  const at::Tensor logits = forward(tokens);
+  return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1), {},
+                                   at::Reduction::Sum, -100);
+}
+
 }  // namespace zero::llama

@@ -94,6 +94,8 @@ struct LlamaForCausalLM : torch::nn::Module {
   // tokens [B, T] (int64, T <= max_position_embeddings) → logits [B, T, V] (fp32 under fp16).
   at::Tensor forward(const at::Tensor& tokens);
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  // The cross-entropy summed over targets that are not -100 (ignored as transformers' labels).
+  at::Tensor loss_sum(const at::Tensor& tokens, const at::Tensor& targets);
   // The lm_head weight: its own, or the embedding when tied.
   const at::Tensor& output_weight() const;
 

@@ -15,6 +15,7 @@ class LlamaTrainable : public models::TrainableModel {
       : model_(hf.config, weights, dtype), config_json_(hf.config_json), source_dir_(hf.dir), options_(options) {}
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
+  at::Tensor loss_sum(const at::Tensor& x, const at::Tensor& y) override { return model_.loss_sum(x, y); }
   at::Tensor logits(const at::Tensor& tokens) override { return model_.forward(tokens); }
   int64_t vocab() const override { return model_.config.vocab_size; }
   int64_t max_seq() const override { return model_.config.max_position_embeddings; }

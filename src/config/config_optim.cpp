@@ -206,6 +206,10 @@ void read_scheduler(ObjectReader& root, SchedulerConfig& s, Diagnostics& diag) {
       s.lr_range_test_staircase = p.get_bool("lr_range_test_staircase", false);
       break;
     case SchedulerType::kNone:
+    case SchedulerType::kTrainerLinear:
+    case SchedulerType::kTrainerCosine:
+    case SchedulerType::kTrainerConstant:
+    case SchedulerType::kTrainerConstantWithWarmup:
       break;
   }
   p.finish();

@@ -31,7 +31,33 @@ double LrSchedule::one_cycle_scale(int64_t t) const {
   return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
 }
 
+bool LrSchedule::is_trainer_schedule() const {
+  return config_.type == SchedulerType::kTrainerLinear || config_.type == SchedulerType::kTrainerCosine ||
+         config_.type == SchedulerType::kTrainerConstant || config_.type == SchedulerType::kTrainerConstantWithWarmup;
+}
+
+// transformers' get_scheduler lambdas (optimization.py), as a factor of the base lr at `step`
+// scheduler steps taken: a linear warmup from 0, then the type's decay.
+double LrSchedule::trainer_factor(int64_t step) const {
+  const double s = static_cast<double>(step), warmup = static_cast<double>(config_.warmup_num_steps);
+  const double total = static_cast<double>(config_.total_num_steps);
+  if (config_.type == SchedulerType::kTrainerConstant) return 1.0;
+  if (step < config_.warmup_num_steps) return s / std::max(1.0, warmup);
+  switch (config_.type) {
+    case SchedulerType::kTrainerLinear:
+      return std::max(0.0, (total - s) / std::max(1.0, total - warmup));
+    case SchedulerType::kTrainerCosine: {
+      const double progress = (s - warmup) / std::max(1.0, total - warmup);
+      return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * progress)));  // num_cycles 0.5
+    }
+    default:
+      return 1.0;
+  }
+}
+
 double LrSchedule::lr_at(int64_t t) const {
+  // The Trainer's LambdaLR sets base × factor(0) at construction and factor(k) after k steps.
+  if (is_trainer_schedule()) return base_lr_ * trainer_factor(t + 1);
   if (t < 0) {  // before the first step()
     if (config_.type == SchedulerType::kOneCycle) return config_.cycle_min_lr;
     if (config_.type == SchedulerType::kLRRangeTest) return config_.lr_range_test_min_lr;
@@ -40,6 +66,10 @@ double LrSchedule::lr_at(int64_t t) const {
   const double min_lr = config_.warmup_min_lr, delta = config_.warmup_max_lr - config_.warmup_min_lr;
   switch (config_.type) {
     case SchedulerType::kNone:
+    case SchedulerType::kTrainerLinear:
+    case SchedulerType::kTrainerCosine:
+    case SchedulerType::kTrainerConstant:
+    case SchedulerType::kTrainerConstantWithWarmup:
       return base_lr_;
     case SchedulerType::kWarmupLR:
       return min_lr + delta * (t < warmup_steps_ ? warmup_fraction(t) : 1.0);

@@ -515,6 +515,34 @@ def cmd_train(a):
     emit({"losses": losses, "grad_norms": norms})
 
 
+def cmd_sft(a):
+    """Supervised fine-tuning on the whole of ROWS (ids and labels, -100 not learned) as one batch:
+    each step's loss is the cross-entropy summed over every learned next token of every row, over
+    their number (transformers' loss with num_items_in_batch across devices); SGD in fp32."""
+    c = load_config(os.path.join(a.model, "config.json"))
+    names = [n for n, _, _ in param_specs(c)]
+    P = load_params(a.model, c, torch.float32)
+    params = [P[n].requires_grad_() for n in names]
+    opt = torch.optim.SGD(params, lr=a.lr)
+    with open(a.rows) as f:
+        rows = json.load(f)["rows"]
+    losses = []
+    for _ in range(a.steps):
+        opt.zero_grad(set_to_none=True)
+        total, count = 0.0, 0
+        for r in rows:  # one row at a time: no padding
+            ids = torch.tensor([r["ids"]], dtype=torch.int64)
+            labels = torch.tensor(r["labels"][1:] + [-100], dtype=torch.int64)
+            logits = forward_logits(c, P, ids).float()[0]
+            total = total + F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+            count += int((labels != -100).sum())
+        loss = total / count
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    emit({"losses": losses})
+
+
 def cmd_read(a):
     try:
         tensors, meta, files = read_model(a.path)
@@ -564,6 +592,8 @@ def main(argv=None):
     data = dict(data=dict(required=True), rows=req_int, seq=req_int)
     add("make", cmd_make, ["out"], config=dict(required=True), seed=req_int,
         dtype=dict(choices=["F32", "BF16", "F16"], default="F32"), shards=dict(type=int, default=1))
+    add("sft", cmd_sft, ["model"], rows=dict(required=True), steps=dict(type=int, default=3),
+        lr=dict(type=float, default=0.1))
     add("loss", cmd_loss, ["model"], **data, batch=dict(type=int, default=0),
         compute=dict(choices=["fp32", "bf16"], default="fp32"))
     add("train", cmd_train, ["model"], **data, steps=req_int, lr=req_float,

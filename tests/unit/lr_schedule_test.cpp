@@ -141,3 +141,38 @@ TEST(LrSchedule, RestoreIsWhereSteppingLeadsTo) {
   b.set_last_batch_iteration(6);
   EXPECT_DOUBLE_EQ(a.lr(), b.lr());
 }
+
+// The Hugging Face Trainer's schedules (transformers' optimization.py lambdas, worked out for the
+// seed's quick start: lr 2e-5, warmup_ratio 0.03 of 100 steps = 3 warmup steps). lr_at(k - 1) is
+// the lr of the step after k applied steps; the first step runs at 0.
+TEST(LrSchedule, TrainerCosineAndLinearAsTransformers) {
+  SchedulerConfig s;
+  s.warmup_num_steps = 3;
+  s.total_num_steps = 100;
+  s.type = SchedulerType::kTrainerCosine;
+  const LrSchedule cosine(s, adam(2e-5));
+  EXPECT_EQ(cosine.lr(), 0.0);
+  const std::vector<std::pair<int64_t, double>> cosine_expected = {
+      {1, 6.666666666666667e-06}, {2, 1.3333333333333333e-05}, {3, 2e-05}, {4, 1.9994755690455154e-05},
+      {52, 9.838069311974987e-06}, {99, 5.2443095448506674e-09}, {100, 0.0}, {130, 4.3604297014909359e-06}};  // past the end the cosine rises again, as HF's
+  for (const auto& [k, lr] : cosine_expected) EXPECT_NEAR(cosine.lr_at(k - 1), lr, 1e-20) << k;
+  s.type = SchedulerType::kTrainerLinear;
+  const LrSchedule linear(s, adam(2e-5));
+  const std::vector<std::pair<int64_t, double>> linear_expected = {
+      {0, 0.0}, {2, 1.3333333333333333e-05}, {4, 1.9793814432989692e-05}, {52, 9.896907216494846e-06},
+      {99, 2.061855670103093e-07}, {100, 0.0}, {101, 0.0}};
+  for (const auto& [k, lr] : linear_expected) EXPECT_NEAR(linear.lr_at(k - 1), lr, 1e-20) << k;
+  s.type = SchedulerType::kTrainerConstantWithWarmup;
+  const LrSchedule warm(s, adam(2e-5));
+  EXPECT_NEAR(warm.lr_at(0), 6.666666666666667e-06, 1e-20);
+  EXPECT_EQ(warm.lr_at(2), 2e-5);
+  EXPECT_EQ(warm.lr_at(99), 2e-5);
+  s.type = SchedulerType::kTrainerConstant;
+  const LrSchedule constant(s, adam(2e-5));
+  EXPECT_EQ(constant.lr(), 2e-5);
+  EXPECT_EQ(constant.lr_at(50), 2e-5);
+  // No warmup: the first step runs at the full lr.
+  s.type = SchedulerType::kTrainerLinear;
+  s.warmup_num_steps = 0;
+  EXPECT_EQ(LrSchedule(s, adam(2e-5)).lr(), 2e-5);
+}

@@ -1,0 +1,315 @@
+#include "models/finetune/finetune.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "models/common/peak_rss.h"
+#include "models/common/trainable_model.h"
+#include "models/finetune/instruction_data.h"
+#include "models/finetune/sft_batches.h"
+#include "models/finetune/trainer_config.h"
+#include "models/finetune/trainer_files.h"
+#include "models/gpt/run_report.h"
+#include "models/llama/llama_trainable.h"
+#include "text/tokenizer.h"
+#include "zero/zero.h"
+
+namespace zero::finetune {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+at::Tensor long_tensor(const std::vector<int64_t>& values, int64_t rows, int64_t seq) {
+  return torch::tensor(values, torch::kLong).view({rows, seq});
+}
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// The Trainer's weight decay groups: none on biases and norm weights.
+std::vector<ParamGroup> decay_groups(torch::nn::Module& module, double weight_decay) {
+  if (weight_decay == 0) return {};
+  ParamGroup no_decay{{}, 0.0};
+  for (const auto& item : module.named_parameters()) {
+    const std::string& name = item.key();
+    if (name.find("norm") != std::string::npos || name.ends_with("bias")) no_decay.params.push_back(item.value());
+  }
+  return {no_decay};
+}
+
+std::string resolve_resume(const TrainingArguments& args) {
+  if (args.resume_from_checkpoint.empty()) return "";
+  if (args.resume_from_checkpoint == "true" || args.resume_from_checkpoint == "True") {
+    const auto checkpoints = list_checkpoints(args.output_dir);
+    if (checkpoints.empty()) {
+      throw Error("--resume_from_checkpoint true: no checkpoint-N directory in " + args.output_dir,
+                  "--resume_from_checkpoint");
+    }
+    return checkpoints.back().second;
+  }
+  if (!fs::is_directory(args.resume_from_checkpoint)) {
+    throw Error("--resume_from_checkpoint " + args.resume_from_checkpoint + ": no such directory",
+                "--resume_from_checkpoint");
+  }
+  return args.resume_from_checkpoint;
+}
+
+// One run: what the loop's helpers share.
+struct Run {
+  const TrainingArguments& args;
+  World& world;
+  models::TrainableModel& model;
+  Engine& engine;
+  const Config& config;
+  gpt::Report& report;
+  TrainerState state;
+  int64_t steps_per_epoch = 1;
+
+  // Collective: the mean loss over every learned token of `data`, each rank taking its share.
+  double evaluate(const std::vector<Example>& data, int32_t pad_id) {
+    torch::NoGradGuard no_grad;
+    engine.eval();
+    const int64_t rows = args.per_device_eval_batch_size, per_round = rows * world.size();
+    const auto n = static_cast<int64_t>(data.size());
+    double sums[2] = {0, 0};  // loss sum, tokens
+    // Every rank runs the same number of forwards (stage 3 gathers are collective): rows past the
+    // end repeat the first example with nothing learned.
+    for (int64_t first = 0; first < n; first += per_round) {
+      std::vector<Example> batch;
+      for (int64_t j = 0; j < rows; ++j) {
+        const int64_t index = first + world.rank() * rows + j;
+        Example e = data[static_cast<size_t>(index < n ? index : 0)];
+        if (index >= n) std::fill(e.labels.begin(), e.labels.end(), kIgnoreIndex);
+        batch.push_back(std::move(e));
+      }
+      const SftBatches one(batch, rows, 1, 1, 0, pad_id);
+      const MicroBatch b = one.micro_batch(0, 0, 0);
+      const at::Tensor x = long_tensor(b.inputs, b.rows, b.seq), y = long_tensor(b.targets, b.rows, b.seq);
+      sums[0] += engine.forward([&] { return model.loss_sum(x, y); }).item<double>();
+      sums[1] += static_cast<double>(std::count_if(b.targets.begin(), b.targets.end(), [](int64_t t) { return t != kIgnoreIndex; }));
+    }
+    engine.train();
+    at::Tensor total = torch::tensor({sums[0], sums[1]}, torch::kDouble);
+    world.communicator().all_reduce(total, ReduceOp::kSum, {.async = false});
+    return total[0].item<double>() / std::max(1.0, total[1].item<double>());
+  }
+
+  // Collective: output_dir/checkpoint-N as the Trainer with DeepSpeed writes it.
+  void save_checkpoint(FinetuneResult& result) {
+    const int64_t n = state.global_step;
+    const std::string dir = (fs::path(args.output_dir) / fmt::format("checkpoint-{}", n)).string();
+    nlohmann::json client = model.client_state();
+    client["global_step"] = n;
+    engine.save_checkpoint(dir, fmt::format("global_step{}", n), client.dump());
+    const bool gathers = config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save;
+    if (gathers) model.export_to(engine, world, dir);  // model.safetensors, config.json, tokenizer files
+    if (world.rank() == 0) {
+      write_trainer_state(state, (fs::path(dir) / "trainer_state.json").string());
+      for (const std::string& removed : rotate_checkpoints(args.output_dir, args.save_total_limit))
+        report.line("Deleting older checkpoint [" + removed + "] due to args.save_total_limit");
+    }
+    world.communicator().barrier();
+    result.checkpoints.push_back(dir);
+    report.line(fmt::format("Saving model checkpoint to {}{}", dir,
+                            gathers ? "" : " (DeepSpeed checkpoint only: stage3_gather_16bit_weights_on_model_save "
+                                           "is false, so no model.safetensors)"));
+  }
+
+  void log(nlohmann::ordered_json logs) {
+    logs["epoch"] = state.epoch;
+    report.line(python_dict(logs));
+    logs["step"] = state.global_step;
+    state.log_history.push_back(nlohmann::json::parse(logs.dump()));  // written with sorted keys, as json.dumps(sort_keys=True)
+  }
+};
+
+}  // namespace
+
+FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::FILE* out) {
+  const auto started = Clock::now();
+  if (world.rank() != 0) out = nullptr;
+  gpt::Report banner(out, false, 1);
+  for (const auto& [flag, value] : {std::pair{"--deepspeed", &given_args.deepspeed},
+                                   {"--model_name_or_path", &given_args.model_name_or_path},
+                                   {"--dataset", &given_args.dataset},
+                                   {"--output_dir", &given_args.output_dir}}) {
+    if (value->empty()) throw Error(std::string(flag) + " is required", flag);
+  }
+  std::vector<std::string> notes;
+  const TrainingArguments args = reconcile_with_config(given_args, notes);
+  const text::Tokenizer tokenizer = text::Tokenizer::load(args.model_name_or_path);
+  const InstructionData data = read_instruction_data(args.dataset, tokenizer, args.model_max_length);
+  std::optional<InstructionData> eval_data;
+  if (!args.eval_dataset.empty()) eval_data = read_instruction_data(args.eval_dataset, tokenizer, args.model_max_length);
+  const int32_t pad_id = tokenizer.pad_id().value_or(tokenizer.eos_id().value_or(0));
+
+  SftBatches batches(data.examples, args.per_device_train_batch_size, world.size(), args.gradient_accumulation_steps,
+                     static_cast<uint64_t>(args.seed), pad_id);
+  const int64_t max_steps =
+      args.max_steps > 0 ? args.max_steps
+                         : static_cast<int64_t>(std::ceil(args.num_train_epochs * static_cast<double>(batches.steps_per_epoch())));
+  const int64_t warmup = trainer_warmup_steps(args, max_steps);
+
+  llama::HfModel hf = llama::open_hf_model(args.model_name_or_path);
+  Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes);
+  if (config.zero.offload_optimizer.device == OffloadDevice::kNvme || config.zero.offload_param.device == OffloadDevice::kNvme)
+    return_large_blocks();  // resident memory is the point (as zero-train)
+  for (const std::string& note : notes) banner.line("zero-finetune: " + note);
+  torch::manual_seed(static_cast<uint64_t>(args.seed));
+  const std::unique_ptr<models::TrainableModel> model = llama::make_llama(hf, config, world);
+  hf.weights.reset();  // the files' weights are in the model now
+  if (args.gradient_checkpointing) model->set_checkpoint_every(1);
+  Engine engine(model->module(), config, world, decay_groups(model->module(), config.optimizer.weight_decay));
+  const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
+
+  gpt::Report report(out, args.progress_bar, max_steps);
+  Run run{args, world, *model, engine, config, report, {}, batches.steps_per_epoch()};
+  run.state.max_steps = max_steps;
+  run.state.logging_steps = args.logging_steps;
+  run.state.eval_steps = args.eval_steps > 0 ? args.eval_steps : args.logging_steps;
+  run.state.save_steps = args.save_steps;
+  run.state.train_batch_size = args.per_device_train_batch_size;
+  run.state.num_train_epochs = std::ceil(static_cast<double>(max_steps) / static_cast<double>(batches.steps_per_epoch()));
+
+  report.line(fmt::format("zero-finetune: {} ({} parameters), ZeRO stage {}, {}, {} rank{}", model->describe(),
+                          model->parameters(), config.zero.stage, config.bf16 ? "bf16" : config.fp16.enabled ? "fp16" : "fp32",
+                          world.size(), world.size() == 1 ? "" : "s"));
+  report.line(fmt::format("zero-finetune: {}: {} records ({} alpaca, {} chat), {} cut at --model_max_length {}, {} "
+                          "with nothing to learn dropped",
+                          args.dataset, data.records, data.alpaca, data.chat, data.truncated, args.model_max_length,
+                          data.dropped));
+  report.line(fmt::format("zero-finetune: model built: peak RSS so far {} KiB per rank", fmt::join(load_rss, " ")));
+  report.line("***** Running training *****");
+  report.line(fmt::format("  Num examples = {}", data.examples.size()));
+  report.line(fmt::format("  Num Epochs = {}", run.state.num_train_epochs));
+  report.line(fmt::format("  Instantaneous batch size per device = {}", args.per_device_train_batch_size));
+  report.line(fmt::format("  Total train batch size (w. parallel, distributed & accumulation) = {}", batches.global_rows()));
+  report.line(fmt::format("  Gradient Accumulation steps = {}", args.gradient_accumulation_steps));
+  report.line(fmt::format("  Total optimization steps = {}", max_steps));
+  report.line(fmt::format("  Number of trainable parameters = {}", model->parameters()));
+
+  FinetuneResult result;
+  result.max_steps = max_steps;
+  if (const std::string from = resolve_resume(args); !from.empty()) {
+    engine.load_checkpoint(from);
+    const TrainerState saved = read_trainer_state((fs::path(from) / "trainer_state.json").string());
+    run.state.global_step = saved.global_step;
+    run.state.epoch = saved.epoch;
+    run.state.log_history = saved.log_history;
+    report.line(fmt::format("zero-finetune: resumed from {} at step {}", from, saved.global_step));
+  }
+  gpt::SignalScope signals(args.stop_on_signal);
+  double logged_loss_sum = 0, total_loss = 0;
+  int64_t last_logged = run.state.global_step, steps_run = 0;
+  const auto train_start = Clock::now();
+  std::optional<double> first_step_seconds;
+  const int64_t accumulation = args.gradient_accumulation_steps;
+  while (run.state.global_step < max_steps) {
+    const int64_t step = run.state.global_step;
+    const auto step_start = Clock::now();
+    // The step's loss is the mean over its learned tokens on every rank: each micro-step's sum
+    // is scaled so that the engine's mean over micro-steps and ranks gives exactly that.
+    const double scale = static_cast<double>(accumulation * world.size()) / static_cast<double>(batches.learned_tokens(step));
+    const double lr = engine.get_lr();
+    double loss_part = 0;
+    for (int64_t m = 0; m < accumulation; ++m) {
+      const MicroBatch b = batches.micro_batch(step, m, world.rank());
+      const at::Tensor x = long_tensor(b.inputs, b.rows, b.seq), y = long_tensor(b.targets, b.rows, b.seq);
+      const at::Tensor loss = engine.forward([&] { return model->loss_sum(x, y) * scale; });
+      engine.backward(loss);
+      engine.step();
+      loss_part += loss.item<double>() / static_cast<double>(accumulation * world.size());
+    }
+    at::Tensor shared = torch::tensor({loss_part, gpt::stop_requested() ? 1.0 : 0.0}, torch::kDouble);
+    world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
+    const double loss = shared[0].item<double>(), seconds = seconds_since(step_start);
+    if (!first_step_seconds) {
+      first_step_seconds = seconds_since(started);
+      report.line(fmt::format("zero-finetune: first step done {:.1f} s after start ({:.1f} s for the step)",
+                              *first_step_seconds, seconds));
+    }
+    ++run.state.global_step;
+    ++steps_run;
+    run.state.epoch = static_cast<double>(run.state.global_step) / static_cast<double>(batches.steps_per_epoch());
+    result.step_losses.push_back(loss);
+    result.step_lrs.push_back(lr);
+    logged_loss_sum += loss;
+    total_loss += loss;
+    const int64_t done = run.state.global_step;
+    const bool last = done == max_steps, epoch_end = done % batches.steps_per_epoch() == 0;
+    if (args.logging_steps > 0 && done % args.logging_steps == 0) {
+      nlohmann::ordered_json logs;
+      logs["loss"] = python_round(logged_loss_sum / static_cast<double>(done - last_logged), 4);
+      logs["grad_norm"] = engine.get_global_grad_norm();
+      logs["learning_rate"] = engine.get_lr();  // the next step's, as the Trainer's get_last_lr()
+      run.log(logs);
+      logged_loss_sum = 0;
+      last_logged = done;
+    }
+    if (eval_data && ((args.eval_strategy == "steps" && done % run.state.eval_steps == 0) ||
+                      (args.eval_strategy == "epoch" && epoch_end))) {
+      const auto eval_start = Clock::now();
+      const double eval_loss = run.evaluate(eval_data->examples, pad_id);
+      const double eval_seconds = seconds_since(eval_start);
+      nlohmann::ordered_json logs;
+      logs["eval_loss"] = eval_loss;
+      logs["eval_runtime"] = python_round(eval_seconds, 4);
+      logs["eval_samples_per_second"] = python_round(static_cast<double>(eval_data->examples.size()) / eval_seconds, 3);
+      run.log(logs);
+    }
+    report.progress(done, seconds);
+    const bool stop = shared[1].item<double>() > 0;
+    if ((args.save_strategy == "steps" && (done % args.save_steps == 0 || last)) ||
+        (args.save_strategy == "epoch" && (epoch_end || last)) || (stop && args.save_strategy != "no")) {
+      run.save_checkpoint(result);
+    }
+    if (stop) {
+      result.interrupted = true;
+      report.line(fmt::format("zero-finetune: stopped by a signal after step {}", done));
+      break;
+    }
+  }
+  report.finish();
+  const double runtime = seconds_since(train_start);
+  if (!result.interrupted) {
+    nlohmann::ordered_json summary;
+    summary["train_runtime"] = python_round(runtime, 4);
+    summary["train_samples_per_second"] =
+        python_round(static_cast<double>(steps_run * batches.global_rows()) / runtime, 3);
+    summary["train_steps_per_second"] = python_round(static_cast<double>(steps_run) / runtime, 3);
+    summary["total_flos"] = 0.0;
+    summary["train_loss"] = steps_run > 0 ? total_loss / static_cast<double>(steps_run) : 0.0;
+    run.log(summary);
+    // The final model, as trainer.save_model() and save_state() leave it.
+    const bool gathers = config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save;
+    if (gathers) model->export_to(engine, world, args.output_dir);
+    if (world.rank() == 0) {
+      fs::create_directories(args.output_dir);
+      write_trainer_state(run.state, (fs::path(args.output_dir) / "trainer_state.json").string());
+    }
+    report.line(gathers ? "zero-finetune: wrote the model to " + args.output_dir
+                        : "zero-finetune: stage3_gather_16bit_weights_on_model_save is false: the model is in the "
+                          "last checkpoint's DeepSpeed files only (zero-ckpt consolidate --format hf makes a "
+                          "directory of them)");
+  }
+  const std::vector<int64_t> rss = models::peak_rss_per_rank(world);
+  const int64_t tokens = [&] {
+    int64_t sum = 0;
+    for (int64_t s = run.state.global_step - steps_run; s < run.state.global_step; ++s) {
+      for (int64_t index : batches.global_batch(s)) sum += static_cast<int64_t>(data.examples[static_cast<size_t>(index)].ids.size());
+    }
+    return sum;
+  }();
+  report.line(fmt::format("zero-finetune: {} steps in {:.1f} s, {:.1f} tokens/s (unpadded); peak RSS {} KiB per rank",
+                          steps_run, runtime, static_cast<double>(tokens) / runtime, fmt::join(rss, " ")));
+  result.global_step = run.state.global_step;
+  result.log_history = run.state.log_history;
+  return result;
+}
+
+}  // namespace zero::finetune

@@ -1,0 +1,15 @@
+// Running a parsed chat template (jinja_ast.h) over a context, as the reference renderer does.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "text/jinja_ast.h"
+
+namespace zero::text::jinja {
+
+// Errors are zero::Error naming what failed and the line; raise_exception throws ChatTemplateRaise.
+std::string render(const Nodes& program, const nlohmann::ordered_json& context);
+
+}  // namespace zero::text::jinja

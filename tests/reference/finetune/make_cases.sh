@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The fine-tuning cases, made independently of zerocpp: a random Llama with Llama 3's real
+# tokenizer (from the tokenizer fixture's npm files), the first 8 records of the alpaca demo data
+# (tests/data/finetune), the rows the tokenizers library makes of them by Stanford Alpaca's recipe
+# (sft_rows.cjs, cut at 96 tokens), and the Python reference's masked losses over 3 steps of SGD
+# on the whole set as one batch (hf_llama.py sft), which tests/dist/finetune_test.cpp holds
+# zero-finetune's trainer to.
+#   tests/reference/finetune/make_cases.sh TOKENIZER_CASES OUT
+set -euo pipefail
+tokenizers=$1 out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3
+mkdir -p "$out"
+cat > "$out/config.in.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 32,
+ "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": true,
+ "hidden_act": "silu", "torch_dtype": "float32", "bos_token_id": 128000, "eos_token_id": 128009}
+JSON
+$py "$here/../hf_llama.py" make "$out/model" --config "$out/config.in.json" --seed 5 --dtype F32 > /dev/null
+cp "$tokenizers/llama3_1/tokenizer.json" "$tokenizers/llama3_1/tokenizer_config.json" "$out/model/"
+$py - "$here/../../data/finetune/alpaca_en_demo.json" "$out/data.json" <<'PY'
+import json, sys
+json.dump(json.load(open(sys.argv[1]))[:8], open(sys.argv[2], "w"), indent=2)
+PY
+node "$here/sft_rows.cjs" "$out/model" "$out/data.json" 96 "$out/rows.json"
+$py "$here/../hf_llama.py" sft "$out/model" --rows "$out/rows.json" --steps 3 --lr 0.5 > "$out/expected.json"
+echo "finetune cases: $(cat "$out/expected.json")"
