@@ -208,6 +208,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
   int64_t last_logged = run.state.global_step, steps_run = 0;
   const auto train_start = Clock::now();
   std::optional<double> first_step_seconds;
+  double later_steps_seconds = 0;
   const int64_t accumulation = args.gradient_accumulation_steps;
   while (run.state.global_step < max_steps) {
     const int64_t step = run.state.global_step;
@@ -236,6 +237,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
     ++run.state.global_step;
     ++steps_run;
     run.state.epoch = static_cast<double>(run.state.global_step) / static_cast<double>(batches.steps_per_epoch());
+    if (steps_run > 1) later_steps_seconds += seconds;
     result.step_losses.push_back(loss);
     result.step_lrs.push_back(lr);
     logged_loss_sum += loss;
@@ -297,16 +299,16 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
                           "last checkpoint's DeepSpeed files only (zero-ckpt consolidate --format hf makes a "
                           "directory of them)");
   }
+  // Throughput from the second step on (the first also records stage 3's order and faults memory in).
   const std::vector<int64_t> rss = models::peak_rss_per_rank(world);
-  const int64_t tokens = [&] {
-    int64_t sum = 0;
-    for (int64_t s = run.state.global_step - steps_run; s < run.state.global_step; ++s) {
-      for (int64_t index : batches.global_batch(s)) sum += static_cast<int64_t>(data.examples[static_cast<size_t>(index)].ids.size());
-    }
-    return sum;
-  }();
-  report.line(fmt::format("zero-finetune: {} steps in {:.1f} s, {:.1f} tokens/s (unpadded); peak RSS {} KiB per rank",
-                          steps_run, runtime, static_cast<double>(tokens) / runtime, fmt::join(rss, " ")));
+  int64_t tokens = 0;
+  for (int64_t s = run.state.global_step - steps_run + 1; s < run.state.global_step; ++s) {
+    for (int64_t index : batches.global_batch(s)) tokens += static_cast<int64_t>(data.examples[static_cast<size_t>(index)].ids.size());
+  }
+  report.line(fmt::format("zero-finetune: {} steps in {:.1f} s; after the first: {:.1f} tokens/s (unpadded rows); "
+                          "peak RSS {} KiB per rank",
+                          steps_run, runtime, steps_run > 1 ? static_cast<double>(tokens) / later_steps_seconds : 0.0,
+                          fmt::join(rss, " ")));
   result.global_step = run.state.global_step;
   result.log_history = run.state.log_history;
   return result;

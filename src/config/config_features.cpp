@@ -34,7 +34,9 @@ void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
                                       {"elasticity", "elastic training", false},
                                       {"amp", "apex AMP (use fp16 or bf16)", true},
                                       {"hybrid_engine", "the hybrid (RLHF generation) engine", false},
-                                      {"nebula", "the Azure Nebula checkpoint service", false}};
+                                      {"nebula", "the Azure Nebula checkpoint service", false},
+                                      {"quantize_training", "MoQ (quantization-aware training)", false},
+                                      {"eigenvalue", "eigenvalue computation (MoQ's schedule)", false}};
   for (const Feature& f : kSwitched) {
     const nlohmann::json* v = root.raw(f.key);
     if (!v) continue;

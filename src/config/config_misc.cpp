@@ -147,9 +147,10 @@ void check_cross_key_rules(Config& c, Diagnostics& diag) {
     diag.record("zero_optimization.offload_optimizer.device", "none", ValueSource::kDefault);
   }
   if (c.activation_checkpointing.partition_activations) {
-    diag.problem("activation_checkpointing.partition_activations",
-                 "partitions checkpointed activations across model-parallel ranks, and zerocpp has no model "
-                 "parallelism: set it to false (checkpointing itself works without it)");
+    // DeepSpeed takes it without model parallelism too, where it changes nothing.
+    diag.warnings.push_back("activation_checkpointing.partition_activations: no effect: it partitions checkpointed "
+                            "activations across model-parallel ranks, and zerocpp has no model parallelism "
+                            "(with one model-parallel rank DeepSpeed changes nothing either)");
   }
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
     diag.problem("zero_optimization.offload_optimizer.ratio",

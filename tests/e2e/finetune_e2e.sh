@@ -39,7 +39,8 @@ run --output_dir ./llama3-8b-sft --logging_steps 10 --save_strategy steps --save
 line=$(grep "^{'loss'" given.log)
 # transformers' cosine with 1 warmup step (ceil(0.03 × 12)) of 12: the lr logged after step 10 is
 # the scheduler's after 10 steps (the one step 11 runs at), 2e-5 × 0.5 × (1 + cos(π × (10 - 1) / (12 - 1))).
-want_lr=$($py -c "import math; print(repr(2e-5 * 0.5 * (1 + math.cos(math.pi * 9 / 11))))")
+# (Written as transformers' _get_cosine_schedule_with_warmup_lr_lambda computes it, so that every bit agrees.)
+want_lr=$($py -c "import math; p = float(10 - 1) / float(max(1, 12 - 1)); print(repr(2e-5 * max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(0.5) * 2.0 * p)))))")
 [[ "$line" =~ ^\{\'loss\':\ [0-9.]+,\ \'grad_norm\':\ [0-9.e-]+,\ \'learning_rate\':\ ${want_lr},\ \'epoch\':\ 2\.5\}$ ]] ||
   { echo "FAIL log line '$line' (lr $want_lr)"; fail=1; }
 grep -q "Total optimization steps = 12" given.log || { echo "FAIL step count"; fail=1; }
