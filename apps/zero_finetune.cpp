@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   value("seed", a.seed, "data order (each epoch) and initialisation");
   flag("gradient_checkpointing", "recompute each decoder layer in backward (less memory)");
   value("model_max_length", a.model_max_length, "rows are cut at this many tokens");
+  value("pad_to_multiple_of", a.pad_to_multiple_of, "micro-batches are padded to their longest row rounded up to this")
+      ->check(CLI::PositiveNumber);
   flag("disable_tqdm", "no progress bar, even on a terminal");
   CLI11_PARSE(app, argc, argv);
   bool no_bar = false;

@@ -147,15 +147,14 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
   std::optional<InstructionData> eval_data;
   if (!args.eval_dataset.empty()) eval_data = read_instruction_data(args.eval_dataset, tokenizer, args.model_max_length);
   const int32_t pad_id = tokenizer.pad_id().value_or(tokenizer.eos_id().value_or(0));
+  llama::HfModel hf = llama::open_hf_model(args.model_name_or_path);
 
   SftBatches batches(data.examples, args.per_device_train_batch_size, world.size(), args.gradient_accumulation_steps,
-                     static_cast<uint64_t>(args.seed), pad_id);
+                     static_cast<uint64_t>(args.seed), pad_id, args.pad_to_multiple_of, hf.config.max_position_embeddings);
   const int64_t max_steps =
       args.max_steps > 0 ? args.max_steps
                          : static_cast<int64_t>(std::ceil(args.num_train_epochs * static_cast<double>(batches.steps_per_epoch())));
   const int64_t warmup = trainer_warmup_steps(args, max_steps);
-
-  llama::HfModel hf = llama::open_hf_model(args.model_name_or_path);
   Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes);
   if (config.zero.offload_optimizer.device == OffloadDevice::kNvme || config.zero.offload_param.device == OffloadDevice::kNvme)
     return_large_blocks();  // resident memory is the point (as zero-train)

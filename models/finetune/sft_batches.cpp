@@ -7,8 +7,15 @@
 namespace zero::finetune {
 
 SftBatches::SftBatches(const std::vector<Example>& examples, int64_t micro_batch, int world, int64_t accumulation,
-                       uint64_t seed, int32_t pad_id)
-    : examples_(examples), micro_(micro_batch), accumulation_(accumulation), world_(world), seed_(seed), pad_id_(pad_id) {
+                       uint64_t seed, int32_t pad_id, int64_t pad_to_multiple_of, int64_t max_seq)
+    : examples_(examples),
+      micro_(micro_batch),
+      accumulation_(accumulation),
+      world_(world),
+      seed_(seed),
+      pad_id_(pad_id),
+      pad_multiple_(std::max<int64_t>(1, pad_to_multiple_of)),
+      max_seq_(max_seq) {
   const auto n = static_cast<int64_t>(examples.size());
   steps_per_epoch_ = (n + global_rows() - 1) / global_rows();
 }
@@ -47,6 +54,7 @@ MicroBatch SftBatches::micro_batch(int64_t step, int64_t micro_step, int rank) c
   MicroBatch batch;
   batch.rows = micro_;
   for (const Example* e : rows) batch.seq = std::max<int64_t>(batch.seq, static_cast<int64_t>(e->ids.size()));
+  batch.seq = std::max(batch.seq, std::min(max_seq_, (batch.seq + pad_multiple_ - 1) / pad_multiple_ * pad_multiple_));
   batch.inputs.assign(static_cast<size_t>(batch.rows * batch.seq), pad_id_);
   batch.targets.assign(batch.inputs.size(), kIgnoreIndex);
   for (size_t r = 0; r < rows.size(); ++r) {

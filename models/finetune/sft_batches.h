@@ -24,8 +24,10 @@ struct MicroBatch {
 
 class SftBatches {
  public:
+  // pad_to_multiple_of: each micro-batch's length is rounded up to a multiple of it (at most
+  // max_seq), as transformers' data collators do.
   SftBatches(const std::vector<Example>& examples, int64_t micro_batch, int world, int64_t accumulation,
-             uint64_t seed, int32_t pad_id);
+             uint64_t seed, int32_t pad_id, int64_t pad_to_multiple_of = 1, int64_t max_seq = INT64_MAX);
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_rows() const { return micro_ * world_ * accumulation_; }
@@ -47,6 +49,7 @@ class SftBatches {
   int world_;
   uint64_t seed_;
   int32_t pad_id_;
+  int64_t pad_multiple_, max_seq_;
   int64_t steps_per_epoch_;
   mutable int64_t cached_epoch_ = -1;
   mutable std::vector<int64_t> cached_order_;

@@ -185,6 +185,22 @@ TEST(SftBatches, EachEpochDealsEveryExampleOnceWhateverTheWorld) {
   }
 }
 
+TEST(SftBatches, PaddedToAMultipleAtMostTheModelLength) {
+  std::vector<Example> examples;
+  for (int length : {5, 9, 3}) {
+    Example e;
+    e.ids.assign(static_cast<size_t>(length), 7);
+    e.labels = e.ids;
+    examples.push_back(e);
+  }
+  // One micro-batch of all three rows: the longest is 9, rounded up to 16, or cut back to 12.
+  EXPECT_EQ(SftBatches(examples, 3, 1, 1, 1, 0, 8).micro_batch(0, 0, 0).seq, 16);
+  EXPECT_EQ(SftBatches(examples, 3, 1, 1, 1, 0, 8, 12).micro_batch(0, 0, 0).seq, 12);
+  EXPECT_EQ(SftBatches(examples, 3, 1, 1, 1, 0, 1).micro_batch(0, 0, 0).seq, 9);
+  const MicroBatch b = SftBatches(examples, 3, 1, 1, 1, 0, 8).micro_batch(0, 0, 0);
+  EXPECT_EQ(std::count_if(b.targets.begin(), b.targets.end(), [](int64_t t) { return t != kIgnoreIndex; }), 4 + 8 + 2);
+}
+
 TEST(TrainerFiles, PythonReprOfTheLogLine) {
   EXPECT_EQ(python_float(1.0), "1.0");
   EXPECT_EQ(python_float(2e-5), "2e-05");
