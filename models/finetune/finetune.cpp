@@ -140,6 +140,8 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
                                    {"--output_dir", &given_args.output_dir}}) {
     if (value->empty()) throw Error(std::string(flag) + " is required", flag);
   }
+  if (given_args.eval_strategy != "no" && given_args.eval_dataset.empty())
+    throw Error("--eval_strategy " + given_args.eval_strategy + " needs --eval_dataset", "--eval_strategy");
   std::vector<std::string> notes;
   const TrainingArguments args = reconcile_with_config(given_args, notes);
   const text::Tokenizer tokenizer = text::Tokenizer::load(args.model_name_or_path);

@@ -273,6 +273,13 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                  r.on_nvme == 0                                              ? ""
                  : config.zero.offload_optimizer.device == OffloadDevice::kNvme ? config.zero.offload_optimizer.nvme_path.c_str()
                                                                              : config.zero.offload_param.nvme_path.c_str());
+    if (config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+      std::fprintf(stderr,
+                   "zerocpp: optimizer on NVMe: tiles of %lld elements (sub_group_size %lld, at most %lld), a pool of "
+                   "%.1f MB\n",
+                   static_cast<long long>(s.partition->largest_tile()), static_cast<long long>(config.zero.sub_group_size),
+                   static_cast<long long>(engine::Partition::kLargestTile), mb(r.swap_buffers));
+    }
   }
 }
 

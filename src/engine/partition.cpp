@@ -134,8 +134,8 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   release_freed_memory();
   // sub_group_size 0 is DeepSpeed's too: every parameter its own sub-group.
   const int64_t owned = flat_.layout().owned_numel();
-  tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(owned, fragments.fragments)
-                               : optim::tiles_of(owned, sub_group_size);
+  const int64_t tile = std::min(sub_group_size, kLargestTile);
+  tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(owned, fragments.fragments) : optim::tiles_of(owned, tile);
   if (flat_.layout().world_size() > 1) {
     fragments.sum_over_ranks = [&comm = comm_](const at::Tensor& sums) {
       comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
@@ -143,7 +143,7 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   }
   optimizer_ = optim::make_flat_optimizer(
       config, owned, decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
-      std::move(fragments), std::max<int64_t>(1, sub_group_size), swap_options_.has_value());
+      std::move(fragments), std::max<int64_t>(1, tile), swap_options_.has_value());
   optimizer_->use_tiles(tiles_);
   if (swap_options_) {
     swap_ = std::make_unique<OptimizerSwap>(*swap_options_, tiles_, static_cast<int>(optimizer_->state().size()),
@@ -165,6 +165,12 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
       stream_ = std::make_unique<GradientStream>(*swap_, swap_options_->aio.block_size * swap_options_->aio.queue_depth);
     release_freed_memory();
   }
+}
+
+int64_t Partition::largest_tile() const {
+  int64_t largest = 0;
+  for (const optim::Tile& t : tiles_) largest = std::max(largest, t.length);
+  return largest;
 }
 
 at::Tensor Partition::master(int b) const {

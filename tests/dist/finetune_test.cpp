@@ -4,7 +4,8 @@
 // every learned token of every row, over their number — for 3 steps of SGD on the whole set as one
 // global batch. finetune() reads the same records itself (its own tokenizer, prompt and masks,
 // right-padded micro-batches split over ranks and micro-steps) and must give the same losses in
-// fp32 within 1e-5 at stages 0 and 3: a wrong mask, shift, pad or gradient scale moves them.
+// fp32 within 1e-5 at stages 0 and 3: a wrong mask, shift, pad or gradient scale moves them. The
+// evaluation after each step, on the same records, must give the reference's next loss.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -66,6 +67,12 @@ TrainingArguments arguments(const Scratch& scratch, int stage) {
   a.model_max_length = 96;
   a.save_strategy = "no";
   a.logging_steps = 1;
+  // Evaluated on the same 8 records after every step, in rounds of 3 rows a rank (the last
+  // rounds padded with rows that count nothing): the loss the next step then starts from.
+  a.eval_dataset = a.dataset;
+  a.eval_strategy = "steps";
+  a.eval_steps = 1;
+  a.per_device_eval_batch_size = 3;
   return a;
 }
 
@@ -83,9 +90,13 @@ TEST(Finetune, MaskedLossEqualsTheReferenceAtStages0And3) {
     ASSERT_EQ(result.step_losses.size(), 3u);
     for (size_t i = 0; i < 3; ++i)
       EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << "stage " << stage << " step " << i + 1;
-    // The Trainer's log: one entry a step (loss rounded to 4 places) and the summary.
-    ASSERT_EQ(result.log_history.size(), 4u);
+    // The Trainer's log: per step its loss (rounded to 4 places) and the evaluation, then the summary.
+    ASSERT_EQ(result.log_history.size(), 7u);
     EXPECT_NEAR(result.log_history[0]["loss"].get<double>(), reference[0], 5e-5);
-    EXPECT_EQ(result.log_history[2]["step"], 3);
+    EXPECT_EQ(result.log_history[4]["step"], 3);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
+          << "stage " << stage << " evaluation after step " << i + 1;
+    }
   }
 }
