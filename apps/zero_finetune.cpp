@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
   flag("fp16", "fp16 mixed precision (fills the config's \"auto\")");
   value("num_train_epochs", a.num_train_epochs, "epochs (may be fractional)");
   value("max_steps", a.max_steps, "optimizer steps; > 0 overrides --num_train_epochs");
-  value("per_device_train_batch_size", a.per_device_train_batch_size, "rows per rank per micro-step");
-  value("per_device_eval_batch_size", a.per_device_eval_batch_size, "rows per rank per evaluation batch");
-  value("gradient_accumulation_steps", a.gradient_accumulation_steps, "micro-steps per optimizer step");
+  value("per_device_train_batch_size", a.per_device_train_batch_size, "rows per rank per micro-step")->check(CLI::PositiveNumber);
+  value("per_device_eval_batch_size", a.per_device_eval_batch_size, "rows per rank per evaluation batch")->check(CLI::PositiveNumber);
+  value("gradient_accumulation_steps", a.gradient_accumulation_steps, "micro-steps per optimizer step")->check(CLI::PositiveNumber);
   value("learning_rate", a.learning_rate, "peak learning rate");
   value("weight_decay", a.weight_decay, "AdamW weight decay (not on biases and norms)");
   value("adam_beta1", a.adam_beta1, "AdamW beta1");
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   value("warmup_steps", a.warmup_steps, "warmup steps; > 0 overrides --warmup_ratio");
   value("lr_scheduler_type", a.lr_scheduler_type, "linear, cosine, constant, constant_with_warmup")
       ->check(CLI::IsMember({"linear", "cosine", "constant", "constant_with_warmup"}));
-  value("logging_steps", a.logging_steps, "a log line every K steps");
+  value("logging_steps", a.logging_steps, "a log line every K steps")->check(CLI::PositiveNumber);
   value("save_strategy", a.save_strategy, "no, steps, epoch")->check(CLI::IsMember({"no", "steps", "epoch"}));
   value("save_steps", a.save_steps, "with --save_strategy steps: a checkpoint every K steps")->check(CLI::PositiveNumber);
   value("save_total_limit", a.save_total_limit, "keep at most this many checkpoints (0: all)");
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   value("resume_from_checkpoint", a.resume_from_checkpoint, "a checkpoint-N directory, or true: the newest in --output_dir");
   value("seed", a.seed, "data order (each epoch) and initialisation");
   flag("gradient_checkpointing", "recompute each decoder layer in backward (less memory)");
-  value("model_max_length", a.model_max_length, "rows are cut at this many tokens");
+  value("model_max_length", a.model_max_length, "rows are cut at this many tokens")->check(CLI::PositiveNumber);
   value("pad_to_multiple_of", a.pad_to_multiple_of, "micro-batches are padded to their longest row rounded up to this")
       ->check(CLI::PositiveNumber);
   flag("disable_tqdm", "no progress bar, even on a terminal");

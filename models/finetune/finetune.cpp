@@ -15,6 +15,7 @@
 #include "models/finetune/trainer_config.h"
 #include "models/finetune/trainer_files.h"
 #include "models/gpt/run_report.h"
+#include "engine/agree.h"
 #include "models/llama/llama_trainable.h"
 #include "text/tokenizer.h"
 #include "zero/zero.h"
@@ -108,16 +109,29 @@ struct Run {
     engine.save_checkpoint(dir, fmt::format("global_step{}", n), client.dump());
     const bool gathers = config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save;
     if (gathers) model.export_to(engine, world, dir);  // model.safetensors, config.json, tokenizer files
-    if (world.rank() == 0) {
+    on_rank0("trainer_state", [&] {
       write_trainer_state(state, (fs::path(dir) / "trainer_state.json").string());
-      for (const std::string& removed : rotate_checkpoints(args.output_dir, args.save_total_limit))
+      for (const std::string& removed : rotate_checkpoints(args.output_dir, args.save_total_limit, dir))
         report.line("Deleting older checkpoint [" + removed + "] due to args.save_total_limit");
-    }
-    world.communicator().barrier();
+    });
     result.checkpoints.push_back(dir);
     report.line(fmt::format("Saving model checkpoint to {}{}", dir,
                             gathers ? "" : " (DeepSpeed checkpoint only: stage3_gather_16bit_weights_on_model_save "
                                            "is false, so no model.safetensors)"));
+  }
+
+  // Rank 0's file work, agreed on: an error there (a full disk) is every rank's error, not a rank
+  // left waiting in the next collective.
+  void on_rank0(const std::string& what, const std::function<void()>& work) {
+    std::string error;
+    if (world.rank() == 0) {
+      try {
+        work();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    engine::agree(world.communicator(), error, world.rank(), what);
   }
 
   void log(nlohmann::ordered_json logs) {
@@ -144,12 +158,24 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
     throw Error("--eval_strategy " + given_args.eval_strategy + " needs --eval_dataset", "--eval_strategy");
   std::vector<std::string> notes;
   const TrainingArguments args = reconcile_with_config(given_args, notes);
+  for (const auto& [flag, value] : {std::pair{"--per_device_train_batch_size", args.per_device_train_batch_size},
+                                   {"--per_device_eval_batch_size", args.per_device_eval_batch_size},
+                                   {"--gradient_accumulation_steps", args.gradient_accumulation_steps},
+                                   {"--logging_steps", args.logging_steps},
+                                   {"--save_steps", args.save_steps}}) {
+    if (value < 1) throw Error(fmt::format("{} must be at least 1, not {}", flag, value), flag);
+  }
   const text::Tokenizer tokenizer = text::Tokenizer::load(args.model_name_or_path);
+  llama::HfModel hf = llama::open_hf_model(args.model_name_or_path);
+  if (args.model_max_length > hf.config.max_position_embeddings) {
+    throw Error(fmt::format("--model_max_length {} is longer than the model's max_position_embeddings {} ({}/config.json)",
+                            args.model_max_length, hf.config.max_position_embeddings, args.model_name_or_path),
+                "--model_max_length");
+  }
   const InstructionData data = read_instruction_data(args.dataset, tokenizer, args.model_max_length);
   std::optional<InstructionData> eval_data;
   if (!args.eval_dataset.empty()) eval_data = read_instruction_data(args.eval_dataset, tokenizer, args.model_max_length);
   const int32_t pad_id = tokenizer.pad_id().value_or(tokenizer.eos_id().value_or(0));
-  llama::HfModel hf = llama::open_hf_model(args.model_name_or_path);
 
   SftBatches batches(data.examples, args.per_device_train_batch_size, world.size(), args.gradient_accumulation_steps,
                      static_cast<uint64_t>(args.seed), pad_id, args.pad_to_multiple_of, hf.config.max_position_embeddings);
@@ -157,7 +183,8 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
       args.max_steps > 0 ? args.max_steps
                          : static_cast<int64_t>(std::ceil(args.num_train_epochs * static_cast<double>(batches.steps_per_epoch())));
   const int64_t warmup = trainer_warmup_steps(args, max_steps);
-  Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes);
+  bool trainer_optimizer = false;
+  Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes, trainer_optimizer);
   if (config.zero.offload_optimizer.device == OffloadDevice::kNvme || config.zero.offload_param.device == OffloadDevice::kNvme)
     return_large_blocks();  // resident memory is the point (as zero-train)
   for (const std::string& note : notes) banner.line("zero-finetune: " + note);
@@ -165,7 +192,10 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
   const std::unique_ptr<models::TrainableModel> model = llama::make_llama(hf, config, world);
   hf.weights.reset();  // the files' weights are in the model now
   if (args.gradient_checkpointing) model->set_checkpoint_every(1);
-  Engine engine(model->module(), config, world, decay_groups(model->module(), config.optimizer.weight_decay));
+  // The Trainer's own AdamW groups its parameters; an optimizer from the config gets them as one
+  // list (transformers' DummyOptim), so every parameter decays.
+  Engine engine(model->module(), config, world,
+                trainer_optimizer ? decay_groups(model->module(), config.optimizer.weight_decay) : std::vector<ParamGroup>{});
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
 
   gpt::Report report(out, args.progress_bar, max_steps);
@@ -263,6 +293,9 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
       logs["eval_loss"] = eval_loss;
       logs["eval_runtime"] = python_round(eval_seconds, 4);
       logs["eval_samples_per_second"] = python_round(static_cast<double>(eval_data->examples.size()) / eval_seconds, 3);
+      const double eval_batches = std::ceil(static_cast<double>(eval_data->examples.size()) /
+                                            static_cast<double>(args.per_device_eval_batch_size * world.size()));
+      logs["eval_steps_per_second"] = python_round(eval_batches / eval_seconds, 3);
       run.log(logs);
     }
     report.progress(done, seconds);
@@ -291,10 +324,10 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
     // The final model, as trainer.save_model() and save_state() leave it.
     const bool gathers = config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save;
     if (gathers) model->export_to(engine, world, args.output_dir);
-    if (world.rank() == 0) {
+    run.on_rank0("trainer_state", [&] {
       fs::create_directories(args.output_dir);
       write_trainer_state(run.state, (fs::path(args.output_dir) / "trainer_state.json").string());
-    }
+    });
     report.line(gathers ? "zero-finetune: wrote the model to " + args.output_dir
                         : "zero-finetune: stage3_gather_16bit_weights_on_model_save is false: the model is in the "
                           "last checkpoint's DeepSpeed files only (zero-ckpt consolidate --format hf makes a "

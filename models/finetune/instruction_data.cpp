@@ -51,6 +51,12 @@ std::vector<Record> read_records(const std::string& path, bool& is_array) {
     for (size_t i = 0; i < array.size(); ++i) records.push_back({std::move(array[i]), static_cast<int64_t>(i)});
     return records;
   }
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{' && text.find('\n', first) < last && json::accept(text)) {
+    // One object over several lines: neither an array of records nor a record a line.
+    throw Error(path + ": one JSON object; the data set must be a JSON array of records, or JSONL (a record a line)",
+                path);
+  }
   std::istringstream lines(text);
   std::string line;
   for (int64_t number = 1; std::getline(lines, line); ++number) {

@@ -95,7 +95,7 @@ int64_t trainer_warmup_steps(const TrainingArguments& args, int64_t max_steps) {
 }
 
 Config trainer_config(const TrainingArguments& args, int world_size, int64_t hidden_size, int64_t max_steps,
-                      int64_t warmup_steps, std::vector<std::string>& notes) {
+                      int64_t warmup_steps, std::vector<std::string>& notes, bool& trainer_optimizer) {
   AutoContext context;
   context.world_size = world_size;
   context.hidden_size = hidden_size;
@@ -113,7 +113,8 @@ Config trainer_config(const TrainingArguments& args, int world_size, int64_t hid
   context.fp16 = args.fp16;
   Config config = Config::parse_file(args.deepspeed);
   config.resolve(context);
-  if (config.optimizer.type == OptimizerType::kNone) {
+  trainer_optimizer = config.optimizer.type == OptimizerType::kNone;
+  if (trainer_optimizer) {
     // The Trainer builds its own AdamW (torch.optim.AdamW, betas and eps from its flags).
     OptimizerConfig& a = config.optimizer;
     a.type = OptimizerType::kAdamW;

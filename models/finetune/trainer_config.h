@@ -20,8 +20,9 @@ namespace zero::finetune {
 TrainingArguments reconcile_with_config(const TrainingArguments& args, std::vector<std::string>& notes);
 
 // Step 2: the resolved config for `world_size` ranks, given the run's optimizer step count.
+// `trainer_optimizer`: set when the config had no optimizer and the Trainer's AdamW stands in.
 Config trainer_config(const TrainingArguments& args, int world_size, int64_t hidden_size, int64_t max_steps,
-                      int64_t warmup_steps, std::vector<std::string>& notes);
+                      int64_t warmup_steps, std::vector<std::string>& notes, bool& trainer_optimizer);
 
 // The Trainer's warmup: warmup_steps when given, else ceil(warmup_ratio × max_steps).
 int64_t trainer_warmup_steps(const TrainingArguments& args, int64_t max_steps);

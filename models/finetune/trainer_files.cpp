@@ -120,10 +120,15 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   return found;
 }
 
-std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t limit) {
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t limit, const std::string& keep) {
   std::vector<std::string> removed;
   if (limit <= 0) return removed;
-  const auto checkpoints = list_checkpoints(output_dir);
+  auto checkpoints = list_checkpoints(output_dir);
+  // The one to keep counts as the newest.
+  const auto kept = std::find_if(checkpoints.begin(), checkpoints.end(), [&](const auto& c) {
+    return !keep.empty() && fs::equivalent(c.second, keep);
+  });
+  if (kept != checkpoints.end()) std::rotate(kept, kept + 1, checkpoints.end());
   for (size_t i = 0; i + static_cast<size_t>(limit) < checkpoints.size(); ++i) {
     fs::remove_all(checkpoints[i].second);
     removed.push_back(checkpoints[i].second);

@@ -31,7 +31,8 @@ TrainerState read_trainer_state(const std::string& path);
 
 // The checkpoint-N directories under `output_dir`, by N.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& output_dir);
-// Removes the oldest checkpoints beyond `limit` (0: keep all); returns the removed paths.
-std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t limit);
+// Removes the oldest checkpoints beyond `limit` (0: keep all), never `keep` (the one just
+// written, even when an earlier run left higher-numbered ones); returns the removed paths.
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t limit, const std::string& keep = "");
 
 }  // namespace zero::finetune

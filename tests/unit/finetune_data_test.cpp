@@ -131,6 +131,9 @@ TEST(InstructionData, ErrorsNameTheFileAndLine) {
   EXPECT_NE(error_of(broken).find(broken + ":3: not JSON"), std::string::npos) << error_of(broken);
   const std::string no_assistant = write("no_assistant.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})");
   EXPECT_NE(error_of(no_assistant).find(":1: no \"assistant\" message"), std::string::npos) << error_of(no_assistant);
+  const std::string object = write("object.json", "{\n  \"data\": [{\"instruction\": \"a\", \"output\": \"b\"}]\n}\n");
+  EXPECT_NE(error_of(object).find(object + ": one JSON object; the data set must be a JSON array"), std::string::npos)
+      << error_of(object);
   EXPECT_NE(error_of("/nonexistent/data.json").find("cannot open the data set /nonexistent/data.json"), std::string::npos);
 }
 
@@ -229,6 +232,12 @@ TEST(TrainerFiles, StateRoundTripAndRotation) {
   EXPECT_EQ(rotate_checkpoints(dir.string(), 2), std::vector<std::string>{(dir / "checkpoint-4").string()});
   EXPECT_FALSE(fs::exists(dir / "checkpoint-4"));
   EXPECT_TRUE(fs::exists(dir / "checkpoint-8"));
+  // A checkpoint just written is kept even when an earlier run left higher-numbered ones.
+  fs::create_directories(dir / "checkpoint-2");
+  EXPECT_EQ(rotate_checkpoints(dir.string(), 2, (dir / "checkpoint-2").string()),
+            std::vector<std::string>{(dir / "checkpoint-8").string()});
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-2"));
+  EXPECT_TRUE(fs::exists(dir / "checkpoint-12"));
   TrainerState state;
   state.global_step = 8;
   state.max_steps = 12;
