@@ -16,6 +16,7 @@
 
 #include "models/finetune/finetune.h"
 #include "tests/dist/dist_test_world.h"
+#include "tests/dist/scratch_dir.h"
 #include "zero/world.h"
 
 namespace fs = std::filesystem;
@@ -28,20 +29,8 @@ fs::path cases_dir() {
   return dir ? fs::path(dir) : fs::path();
 }
 
-// A directory of this job (named after rank 0's pid), removed at the end.
-struct Scratch {
-  fs::path root;
-  Scratch() {
-    at::Tensor pid = torch::full({1}, static_cast<int64_t>(getpid()), torch::kLong);
-    test_world().communicator().broadcast(pid, 0, {.async = false});
-    root = fs::temp_directory_path() / ("zero_finetune_test." + std::to_string(pid.item<int64_t>()));
-    if (test_world().rank() == 0) fs::create_directories(root);
-    test_world().communicator().barrier({.async = false});
-  }
-  ~Scratch() {
-    test_world().communicator().barrier({.async = false});
-    if (test_world().rank() == 0) fs::remove_all(root);
-  }
+struct Scratch : ScratchDir {
+  Scratch() : ScratchDir("zero_finetune_test") {}
 };
 
 TrainingArguments arguments(const Scratch& scratch, int stage) {

@@ -16,6 +16,7 @@
 #include "checkpoint/safetensors_reader.h"
 #include "models/gpt/trainer.h"
 #include "tests/dist/dist_test_world.h"
+#include "tests/dist/scratch_dir.h"
 #include "zero/world.h"
 
 using namespace zero::gpt;
@@ -66,19 +67,8 @@ std::vector<double> losses(const TrainerResult& r) {
   return out;
 }
 
-// A directory of this job (named after rank 0's pid), removed at the end.
-struct Scratch {
-  fs::path root;
-  Scratch() {
-    at::Tensor pid = torch::full({1}, static_cast<int64_t>(getpid()), torch::kLong);
-    test_world().communicator().broadcast(pid, 0, {.async = false});
-    root = fs::temp_directory_path() / ("zero_llama_test." + std::to_string(pid.item<int64_t>()));
-    fs::create_directories(root);
-  }
-  ~Scratch() {
-    test_world().communicator().barrier({.async = false});
-    if (test_world().rank() == 0) fs::remove_all(root);
-  }
+struct Scratch : ScratchDir {
+  Scratch() : ScratchDir("zero_llama_test") {}
 };
 
 class LlamaCases : public ::testing::Test {
