@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "models/common/trainer_adamw.h"
 #include "zero/error.h"
 
 namespace zero::finetune {
@@ -116,14 +117,8 @@ Config trainer_config(const TrainingArguments& args, int world_size, int64_t hid
   trainer_optimizer = config.optimizer.type == OptimizerType::kNone;
   if (trainer_optimizer) {
     // The Trainer builds its own AdamW (torch.optim.AdamW, betas and eps from its flags).
-    OptimizerConfig& a = config.optimizer;
-    a.type = OptimizerType::kAdamW;
-    a.type_name = "AdamW";
-    a.lr = args.learning_rate;
-    a.weight_decay = args.weight_decay;
-    a.beta1 = args.adam_beta1;
-    a.beta2 = args.adam_beta2;
-    a.eps = args.adam_epsilon;
+    config.optimizer = models::trainer_adamw(context);
+    const OptimizerConfig& a = config.optimizer;
     notes.push_back(fmt::format("no optimizer in the config: the Trainer's AdamW (lr {}, betas ({}, {}), eps {}, "
                                 "weight decay {} except on biases and norms)",
                                 a.lr, a.beta1, a.beta2, a.eps, a.weight_decay));

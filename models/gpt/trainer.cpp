@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "models/common/peak_rss.h"
+#include "models/common/trainer_adamw.h"
 #include "models/common/trainable_model.h"
 #include "models/gpt/builtin_corpus.h"
 #include "models/gpt/gpt_trainable.h"
@@ -65,14 +66,8 @@ Config load_config(const TrainerOptions& o, const World& world, int64_t hidden_s
   config.resolve(context);
   // No optimizer block: AdamW from the trainer's values, as a Hugging Face trainer builds its own.
   if (config.optimizer.type == OptimizerType::kNone) {
-    OptimizerConfig& a = config.optimizer;
-    a.type = OptimizerType::kAdamW;
-    a.type_name = "AdamW";
-    a.lr = context.learning_rate.value_or(5e-5);
-    a.weight_decay = context.weight_decay.value_or(0.0);
-    a.beta1 = context.adam_beta1.value_or(0.9);
-    a.beta2 = context.adam_beta2.value_or(0.999);
-    a.eps = context.adam_epsilon.value_or(1e-8);
+    config.optimizer = models::trainer_adamw(context);
+    const OptimizerConfig& a = config.optimizer;
     if (world.rank() == 0) {
       fmt::print("zero-train: the config has no optimizer block: AdamW(lr {}, weight decay {}, betas ({}, {}), eps {}) "
                  "from the trainer's values\n",
