@@ -69,7 +69,6 @@ struct Run {
   const Config& config;
   gpt::Report& report;
   TrainerState state;
-  int64_t steps_per_epoch = 1;
 
   // Collective: the mean loss over every learned token of `data`, each rank taking its share.
   double evaluate(const std::vector<Example>& data, int32_t pad_id) {
@@ -147,7 +146,6 @@ struct Run {
 FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::FILE* out) {
   const auto started = Clock::now();
   if (world.rank() != 0) out = nullptr;
-  gpt::Report banner(out, false, 1);
   for (const auto& [flag, value] : {std::pair{"--deepspeed", &given_args.deepspeed},
                                    {"--model_name_or_path", &given_args.model_name_or_path},
                                    {"--dataset", &given_args.dataset},
@@ -187,7 +185,8 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
   Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes, trainer_optimizer);
   if (config.zero.offload_optimizer.device == OffloadDevice::kNvme || config.zero.offload_param.device == OffloadDevice::kNvme)
     return_large_blocks();  // resident memory is the point (as zero-train)
-  for (const std::string& note : notes) banner.line("zero-finetune: " + note);
+  gpt::Report report(out, args.progress_bar, max_steps);
+  for (const std::string& note : notes) report.line("zero-finetune: " + note);
   torch::manual_seed(static_cast<uint64_t>(args.seed));
   const std::unique_ptr<models::TrainableModel> model = llama::make_llama(hf, config, world);
   hf.weights.reset();  // the files' weights are in the model now
@@ -198,8 +197,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
                 trainer_optimizer ? decay_groups(model->module(), config.optimizer.weight_decay) : std::vector<ParamGroup>{});
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
 
-  gpt::Report report(out, args.progress_bar, max_steps);
-  Run run{args, world, *model, engine, config, report, {}, batches.steps_per_epoch()};
+  Run run{args, world, *model, engine, config, report, {}};
   run.state.max_steps = max_steps;
   run.state.logging_steps = args.logging_steps;
   run.state.eval_steps = args.eval_steps > 0 ? args.eval_steps : args.logging_steps;
