@@ -65,6 +65,7 @@ class CountingCommunicator : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string backend() const override { return inner_->backend(); }
+  int64_t inter_node_bytes() const override { return inner_->inter_node_bytes(); }
   // The defaults repeat Communicator's, so calls through this type read the same.
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum,
                                    const CollectiveOptions& options = {}) override;

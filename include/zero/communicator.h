@@ -78,6 +78,10 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "mpi", "local", "nccl"
+  // Bytes this rank has sent to ranks on other hosts in this communicator's collectives so far,
+  // counted exactly; -1 where the backend cannot tell (MPI's own collectives choose their
+  // algorithms, and with them who sends what to whom). 0 for a world of one.
+  virtual int64_t inter_node_bytes() const { return -1; }
 
   // In place: every rank ends with op over all ranks' `tensor`.
   virtual std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "zero/communicator.h"
@@ -30,9 +31,19 @@ class World {
   int local_size() const;
   int node() const;  // index of this node, 0..num_nodes()-1, in rank order
   int num_nodes() const;
+  // The host each rank runs on, as the launch placed it (gethostname on that rank), and its node.
+  // Ranks with the same host name form a node (ZERO_RANKS_PER_NODE=k instead cuts the ranks into
+  // nodes of k consecutive ranks, to test several nodes' logic on one machine).
+  const std::string& host(int rank) const;
+  int node_of(int rank) const;
+  // "rank 3 (host worker-2)": how errors name a rank.
+  std::string describe_rank(int rank) const;
   bool distributed() const;  // launched by an MPI launcher
 
-  // The whole world.
+  // The whole world. Across several nodes its reduce-scatter, all-gather, all-reduce, broadcast
+  // and all-to-all run as exchanges within the node and across nodes, which send across nodes
+  // only what must cross and count it exactly (Communicator::inter_node_bytes);
+  // ZERO_FLAT_COLLECTIVES=1 uses MPI's own collectives instead.
   Communicator& communicator();
   // New communicators (collective over the world: every rank must call them, in the same order).
   std::unique_ptr<Communicator> intra_node();  // the ranks of this node

@@ -267,6 +267,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   // NVMe traffic and time per step, from the second step on (the first also records stage 3's
   // order and touches fresh memory); of the only step when there is one.
   SwapTraffic swap_before = engine.swap_traffic();
+  int64_t inter_node_before = world.communicator().inter_node_bytes();
   double step_seconds = 0;
   int64_t timed_steps = 0;
   for (int64_t step = start_step; step < options.steps; ++step) {
@@ -296,6 +297,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
     result.steps.push_back(log);
     if (step == start_step && options.steps - start_step > 1) {
       swap_before = engine.swap_traffic();
+      inter_node_before = world.communicator().inter_node_bytes();
     } else {
       step_seconds += seconds;
       ++timed_steps;
@@ -328,6 +330,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
       break;
     }
   }
+  const int64_t inter_node = world.communicator().inter_node_bytes();  // before the report's own collectives
   report.finish();
   {
     // What an operator compares across runs and tools: the largest peak RSS of any rank, and this
@@ -341,6 +344,12 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
           "zero-train: NVMe per step on rank 0: read {} bytes, written {} bytes; mean step {:.3f} s ({} steps)",
           (swap.bytes_read - swap_before.bytes_read) / timed_steps,
           (swap.bytes_written - swap_before.bytes_written) / timed_steps, step_seconds / timed_steps, timed_steps));
+    }
+    if (world.num_nodes() > 1 && inter_node >= 0 && timed_steps > 0) {
+      // What crossed between hosts through the world's collectives (the engine's and this loop's).
+      const std::vector<int64_t> sent = models::gather_per_rank(world, (inter_node - inter_node_before) / timed_steps);
+      report.line(fmt::format("zero-train: sent across nodes per step: {} bytes by rank ({} hosts); mean step {:.3f} s ({} steps)",
+                              fmt::join(sent, " "), world.num_nodes(), step_seconds / timed_steps, timed_steps));
     }
   }
   if (config.activation_checkpointing.profile && options.checkpoint_every > 0) {

@@ -10,6 +10,7 @@ class LocalCommunicator : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "local"; }
+  int64_t inter_node_bytes() const override { return 0; }
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveOptions& options) override;
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                        const CollectiveOptions& options) override;

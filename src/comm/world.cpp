@@ -2,9 +2,13 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <map>
 #include <string>
 
+#include "comm/hierarchical_communicator.h"
 #include "comm/local_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "zero/error.h"
@@ -55,6 +59,8 @@ bool launched_by_mpi() {
 
 struct World::State {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node = 0, num_nodes = 1;
+  std::vector<std::string> hosts;  // by rank
+  std::vector<int> node_of;        // by rank
   bool distributed = false;
   std::unique_ptr<Communicator> world;
   ~State() {
@@ -71,6 +77,10 @@ World::~World() = default;
 World World::single_process() {
   auto state = std::make_unique<State>();
   state->world = std::make_unique<comm_detail::LocalCommunicator>();
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  state->hosts = {name};
+  state->node_of = {0};
   return World(std::move(state));
 }
 
@@ -84,32 +94,36 @@ World World::from_environment(const CommunicatorOptions& options) {
   MPI_Comm_rank(world_comm, &state->rank);
   MPI_Comm_size(world_comm, &state->size);
 
-  // Nodes are the groups of ranks that share memory. ZERO_RANKS_PER_NODE=k instead cuts the
-  // ranks into nodes of k consecutive ranks, which lets one machine test multi-node logic.
-  int per_node = env_int("ZERO_RANKS_PER_NODE", 0);
-  int node_key = 0;
-  if (per_node > 0) {
-    node_key = state->rank / per_node;
-  } else {
-    MPI_Comm shared = MPI_COMM_NULL;
-    MPI_Comm_split_type(world_comm, MPI_COMM_TYPE_SHARED, state->rank, MPI_INFO_NULL, &shared);
-    int shared_rank = 0;
-    MPI_Comm_rank(shared, &shared_rank);
-    // The node's key is the lowest world rank on it, known to all its ranks.
-    node_key = state->rank;
-    MPI_Allreduce(MPI_IN_PLACE, &node_key, 1, MPI_INT, MPI_MIN, shared);
-    MPI_Comm_free(&shared);
+  // Every rank's host name, as the launch placed it: ranks on one host form a node.
+  // ZERO_RANKS_PER_NODE=k instead cuts the ranks into nodes of k consecutive ranks, which lets
+  // one machine test multi-node logic.
+  std::vector<char> names(static_cast<size_t>(state->size) * MPI_MAX_PROCESSOR_NAME, '\0');
+  int length = 0;
+  MPI_Get_processor_name(names.data() + static_cast<size_t>(state->rank) * MPI_MAX_PROCESSOR_NAME, &length);
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, world_comm);
+  const int per_node = env_int("ZERO_RANKS_PER_NODE", 0);
+  std::map<std::string, int> node_index;  // nodes numbered in order of their lowest rank
+  for (int r = 0; r < state->size; ++r) {
+    std::string host(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    const std::string key = per_node > 0 ? std::to_string(r / per_node) : host;
+    auto [it, added] = node_index.emplace(key, static_cast<int>(node_index.size()));
+    state->hosts.push_back(std::move(host));
+    state->node_of.push_back(it->second);
   }
-  state->world = std::make_unique<comm_detail::MpiCommunicator>(world_comm, options);
-  auto node_comm = state->world->split(node_key, state->rank);
-  state->local_rank = node_comm->rank();
-  state->local_size = node_comm->size();
-  // Node index = number of distinct node keys below ours; the leaders (local rank 0) count them.
-  auto leaders = state->world->split(state->local_rank == 0 ? 0 : -1, state->rank);
-  int node_and_count[2] = {leaders ? leaders->rank() : 0, leaders ? leaders->size() : 0};
-  MPI_Bcast(node_and_count, 2, MPI_INT, 0, static_cast<comm_detail::MpiCommunicator*>(node_comm.get())->handle());
-  state->node = node_and_count[0];
-  state->num_nodes = node_and_count[1];
+  state->node = state->node_of[static_cast<size_t>(state->rank)];
+  state->num_nodes = static_cast<int>(node_index.size());
+  for (int r = 0; r < state->size; ++r) {
+    if (state->node_of[static_cast<size_t>(r)] != state->node) continue;
+    if (r < state->rank) ++state->local_rank;
+    state->local_size += r == state->rank ? 0 : 1;
+  }
+  auto flat = std::make_unique<comm_detail::MpiCommunicator>(world_comm, options);
+  const char* flat_only = std::getenv("ZERO_FLAT_COLLECTIVES");
+  if (state->num_nodes > 1 && !(flat_only && std::string(flat_only) == "1")) {
+    state->world = std::make_unique<comm_detail::HierarchicalCommunicator>(std::move(flat), state->node_of);
+  } else {
+    state->world = std::move(flat);
+  }
   return World(std::move(state));
 }
 
@@ -119,6 +133,11 @@ int World::local_rank() const { return state_->local_rank; }
 int World::local_size() const { return state_->local_size; }
 int World::node() const { return state_->node; }
 int World::num_nodes() const { return state_->num_nodes; }
+const std::string& World::host(int rank) const { return state_->hosts.at(static_cast<size_t>(rank)); }
+int World::node_of(int rank) const { return state_->node_of.at(static_cast<size_t>(rank)); }
+std::string World::describe_rank(int rank) const {
+  return "rank " + std::to_string(rank) + " (host " + host(rank) + ")";
+}
 bool World::distributed() const { return state_->distributed; }
 Communicator& World::communicator() { return *state_->world; }
 

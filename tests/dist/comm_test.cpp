@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "comm/staging_pool.h"
 #include "dist_test_world.h"
@@ -472,4 +474,51 @@ TEST(StagingPool, ReusesItsBuffers) {
   at::Tensor second = pool->acquire(10, at::kLong);  // the only free buffer is in use: a new one
   EXPECT_EQ(pool->bytes_held(), 4032 + 128);
   EXPECT_NE(first.data_ptr(), second.data_ptr());
+}
+
+// Across nodes every collective counts the bytes that leave this rank's node, and they are the
+// least that must: a reduce-scatter or all-gather of N chunks of c floats sends (H-1)·c·4 bytes
+// across nodes from each rank with H equal nodes; with unequal nodes every chunk goes straight
+// to its owner (c·4 bytes to each rank on another node).
+TEST(Collectives, InterNodeBytesAreExact) {
+  zero::World& world = test_world();
+  zero::Communicator& c = comm();
+  for (int r = 0; r < world.size(); ++r) EXPECT_FALSE(world.host(r).empty());
+  EXPECT_NE(world.describe_rank(0).find("rank 0 (host "), std::string::npos);
+  if (world.num_nodes() == 1) {
+    GTEST_SKIP() << "one node: " << (world.distributed() ? "MPI's own collectives" : "no traffic");
+  }
+  const int n = world.size();
+  std::vector<int> per_node(static_cast<size_t>(world.num_nodes()), 0);
+  for (int r = 0; r < n; ++r) ++per_node[static_cast<size_t>(world.node_of(r))];
+  const bool equal = std::all_of(per_node.begin(), per_node.end(), [&](int k) { return k == per_node[0]; });
+  const int off_node = n - world.local_size();
+  const int64_t peers = equal ? world.num_nodes() - 1 : off_node;  // off-node ranks this rank sends to
+  const int64_t chunk = 1031;
+  auto sent = [&](const std::function<void()>& collective) {
+    const int64_t before = c.inter_node_bytes();
+    collective();
+    return c.inter_node_bytes() - before;
+  };
+  at::Tensor input = contribution(world.rank(), chunk * n, at::kFloat), output = torch::empty({chunk}, torch::kFloat);
+  EXPECT_EQ(sent([&] { c.reduce_scatter(input, output, ReduceOp::kSum)->wait(); }), peers * chunk * 4);
+  EXPECT_TRUE(output.equal(reference_reduce(n, chunk * n, at::kFloat, ReduceOp::kSum).narrow(0, world.rank() * chunk, chunk)));
+  // 16-bit gradients travel as they are within the node and as float32 partial sums across nodes.
+  at::Tensor half_input = input.to(at::kBFloat16), half_output = torch::empty({chunk}, at::kBFloat16);
+  EXPECT_EQ(sent([&] { c.reduce_scatter(half_input, half_output, ReduceOp::kSum)->wait(); }), peers * chunk * 4);
+  at::Tensor gathered = torch::empty({chunk * n}, at::kBFloat16);
+  EXPECT_EQ(sent([&] { c.all_gather(half_output, gathered)->wait(); }), peers * chunk * 2);
+  // An all-reduce is both, through n rows of ceil(numel / n).
+  at::Tensor values = contribution(world.rank(), 1000, at::kFloat);
+  const int64_t row = (1000 + n - 1) / n;
+  EXPECT_EQ(sent([&] { c.all_reduce(values, ReduceOp::kSum)->wait(); }), 2 * peers * row * 4);
+  EXPECT_TRUE(values.equal(reference_reduce(n, 1000, at::kFloat, ReduceOp::kSum)));
+  // A broadcast: the root sends once to each other node (or, unequal, to each off-node rank).
+  at::Tensor message = torch::full({500}, world.rank(), torch::kInt);
+  const int64_t broadcast = sent([&] { c.broadcast(message, 0)->wait(); });
+  EXPECT_EQ(broadcast, world.rank() == 0 ? peers * 500 * 4 : 0);
+  EXPECT_TRUE(message.equal(torch::zeros({500}, torch::kInt)));
+  // All-to-all: chunk j straight to rank j.
+  at::Tensor from = contribution(world.rank(), 6 * n, at::kFloat), to = torch::empty({6 * n}, torch::kFloat);
+  EXPECT_EQ(sent([&] { c.all_to_all(from, to)->wait(); }), static_cast<int64_t>(off_node) * 6 * 4);
 }

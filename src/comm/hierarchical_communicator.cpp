@@ -1,0 +1,352 @@
+#include "comm/hierarchical_communicator.h"
+
+#include <ATen/ATen.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+
+#include "comm/collective_checks.h"
+#include "zero/error.h"
+
+namespace zero::comm_detail {
+
+// This rank's node and column. With equal nodes, `node` lists this node's ranks in rank order
+// (this rank's local index is its place there) and `column` the ranks of every node with the same
+// local index, in node order; `column_of[r]` is rank r's column. With unequal nodes the node is
+// this rank alone and the column is every rank: one direct exchange.
+struct ExchangeGroups {
+  int me = 0;
+  std::vector<int> node;
+  std::vector<int> column;
+  std::vector<std::vector<int>> columns;  // by local index
+  std::vector<int> local_index;           // of every rank
+};
+
+namespace {
+
+at::ScalarType accumulator_type(const at::Tensor& t) { return is_16bit_float(t) ? at::kFloat : t.scalar_type(); }
+
+void combine(at::Tensor& into, const at::Tensor& term, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      into.add_(term);
+      return;
+    case ReduceOp::kMax:
+      at::maximum_out(into, into, term);
+      return;
+    case ReduceOp::kMin:
+      at::minimum_out(into, into, term);
+      return;
+  }
+}
+
+// `out` = op over `terms` in order, in the accumulator's dtype.
+void reduce_terms(at::Tensor& out, const std::vector<at::Tensor>& terms, ReduceOp op) {
+  out.copy_(terms[0]);
+  for (size_t i = 1; i < terms.size(); ++i) combine(out, terms[i].to(out.scalar_type()), op);
+}
+
+int position(const std::vector<int>& ranks, int rank) {
+  return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+}
+
+}  // namespace
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<MpiCommunicator> flat,
+                                                   std::vector<int> node_of_rank)
+    : flat_(std::move(flat)), node_of_rank_(std::move(node_of_rank)) {
+  const int n = flat_->size(), me = flat_->rank();
+  std::map<int, std::vector<int>> nodes;
+  for (int r = 0; r < n; ++r) nodes[node_of_rank_[static_cast<size_t>(r)]].push_back(r);
+  const size_t per_node = nodes.begin()->second.size();
+  const bool equal = std::all_of(nodes.begin(), nodes.end(), [&](const auto& kv) { return kv.second.size() == per_node; });
+  auto g = std::make_shared<ExchangeGroups>();
+  g->me = me;
+  g->local_index.assign(static_cast<size_t>(n), 0);
+  if (equal) {
+    g->columns.assign(per_node, {});
+    for (const auto& [node, ranks] : nodes) {
+      for (size_t l = 0; l < ranks.size(); ++l) {
+        g->columns[l].push_back(ranks[l]);
+        g->local_index[static_cast<size_t>(ranks[l])] = static_cast<int>(l);
+      }
+    }
+    g->node = nodes[node_of_rank_[static_cast<size_t>(me)]];
+  } else {
+    g->node = {me};
+    g->columns.assign(1, {});
+    for (int r = 0; r < n; ++r) g->columns[0].push_back(r);
+  }
+  g->column = g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(me)])];
+  groups_ = g;
+  MPI_Comm_dup(flat_->handle(), &exchange_comm_);
+  MPI_Comm_set_errhandler(exchange_comm_, MPI_ERRORS_RETURN);
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(exchange_comm_, MPI_TAG_UB, &tag_ub, &found);
+  if (found && tag_ub) tag_limit_ = *tag_ub;
+}
+
+HierarchicalCommunicator::~HierarchicalCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&exchange_comm_);
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::start(const char* what, const CollectiveOptions& options,
+                                                      std::vector<ExchangeStage> stages,
+                                                      std::vector<at::Tensor> keep_alive) {
+  // Count what leaves the node as each stage is made, then keep the caller's tensors alive.
+  for (auto& stage : stages) {
+    stage.make = [make = std::move(stage.make), counted = inter_node_bytes_, nodes = node_of_rank_,
+                  mine = node_of_rank_[static_cast<size_t>(rank())]](auto& sends, auto& receives) {
+      make(sends, receives);
+      for (const auto& m : sends) {
+        if (nodes[static_cast<size_t>(m.peer)] != mine) *counted += static_cast<int64_t>(m.data.nbytes());
+      }
+    };
+  }
+  if (!stages.empty()) {
+    auto& last = stages.back().finish;
+    last = [finish = std::move(last), keep_alive = std::move(keep_alive)] {
+      if (finish) finish();
+    };
+  }
+  const int cycle = std::max(1, tag_limit_ / ExchangeWork::kMaxStages);
+  const int tag_base = static_cast<int>(sequence_++ % cycle) * ExchangeWork::kMaxStages;
+  auto work = std::make_shared<ExchangeWork>(what, exchange_comm_, rank(), tag_base, std::move(stages));
+  if (!options.async) work->wait();
+  return work;
+}
+
+namespace {
+
+at::Tensor row(const at::Tensor& rows, int r) { return rows.select(0, r); }
+
+// Reduce-scatter of `rows` (one row of c elements per rank, in rank order) into `result` (c
+// elements in the accumulator dtype): within the node, then across nodes.
+void add_reduce_scatter(std::vector<ExchangeStage>& stages, std::shared_ptr<const ExchangeGroups> g, at::Tensor rows,
+                        at::Tensor result, ReduceOp op) {
+  const int64_t c = rows.size(1);
+  const size_t height = g->column.size();
+  // The node's partial sums of this rank's column's rows, in column order.
+  auto partial = std::make_shared<at::Tensor>();
+  auto from_node = std::make_shared<std::vector<at::Tensor>>();  // [local peer][column position]
+  stages.push_back(ExchangeStage{
+      [=](std::vector<Message>& sends, std::vector<Message>& receives) {
+        for (int peer : g->node) {
+          if (peer == g->me) continue;
+          for (int r : g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(peer)])]) {
+            sends.push_back({peer, row(rows, r)});
+          }
+          for (size_t k = 0; k < height; ++k) {
+            from_node->push_back(at::empty({c}, rows.options()));
+            receives.push_back({peer, from_node->back()});
+          }
+        }
+      },
+      [=] {
+        *partial = at::empty({static_cast<int64_t>(height), c}, rows.options().dtype(result.scalar_type()));
+        for (size_t k = 0; k < height; ++k) {
+          std::vector<at::Tensor> terms;  // the node's ranks in rank order
+          size_t peer_index = 0;
+          for (int peer : g->node) {
+            terms.push_back(peer == g->me ? row(rows, g->column[k]) : (*from_node)[peer_index++ * height + k]);
+          }
+          at::Tensor out = partial->select(0, static_cast<int64_t>(k));
+          reduce_terms(out, terms, op);
+        }
+        from_node->clear();
+      }});
+  auto from_column = std::make_shared<std::vector<at::Tensor>>();  // by column position
+  stages.push_back(ExchangeStage{
+      [=](std::vector<Message>& sends, std::vector<Message>& receives) {
+        for (size_t k = 0; k < height; ++k) {
+          const int peer = g->column[k];
+          if (peer == g->me) continue;
+          sends.push_back({peer, partial->select(0, static_cast<int64_t>(k))});
+          from_column->push_back(at::empty({c}, partial->options()));
+          receives.push_back({peer, from_column->back()});
+        }
+      },
+      [=] {
+        std::vector<at::Tensor> terms;  // the nodes in column order
+        size_t received = 0;
+        for (size_t k = 0; k < height; ++k) {
+          terms.push_back(g->column[k] == g->me ? partial->select(0, static_cast<int64_t>(k))
+                                                : (*from_column)[received++]);
+        }
+        at::Tensor out = result;
+        reduce_terms(out, terms, op);
+        from_column->clear();
+        partial->reset();
+      }});
+}
+
+// All-gather into `rows` (one row per rank, this rank's row already filled): across nodes, then
+// within the node.
+void add_all_gather(std::vector<ExchangeStage>& stages, std::shared_ptr<const ExchangeGroups> g, at::Tensor rows) {
+  stages.push_back(ExchangeStage{[=](std::vector<Message>& sends, std::vector<Message>& receives) {
+                                   for (int peer : g->column) {
+                                     if (peer == g->me) continue;
+                                     sends.push_back({peer, row(rows, g->me)});
+                                     receives.push_back({peer, row(rows, peer)});
+                                   }
+                                 },
+                                 {}});
+  stages.push_back(ExchangeStage{
+      [=](std::vector<Message>& sends, std::vector<Message>& receives) {
+        for (int peer : g->node) {
+          if (peer == g->me) continue;
+          for (int r : g->column) sends.push_back({peer, row(rows, r)});
+          for (int r : g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(peer)])]) {
+            receives.push_back({peer, row(rows, r)});
+          }
+        }
+      },
+      {}});
+}
+
+void divide_for_average(at::Tensor& t, ReduceOp op, int size) {
+  if (op != ReduceOp::kAvg) return;
+  if (at::isFloatingType(t.scalar_type())) {
+    t.div_(size);
+  } else {
+    t.div_(size, "trunc");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Work> HierarchicalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
+                                                               ReduceOp op, const CollectiveOptions& options) {
+  flat_->validate(
+      CollectiveOp::kReduceScatter,
+      [&] { check_pair(CollectiveOp::kReduceScatter, input, output, size(), 1, true, rank()); }, &input,
+      input.numel(), static_cast<int64_t>(op));
+  const at::Tensor rows = input.view({size(), output.numel()});
+  // Note: the result lands in its own buffer: ZeRO reduces a bucket into a slice of itself, and
+  // the input's rows are read until the last stage.
+  at::Tensor result = at::empty({output.numel()}, input.options().dtype(accumulator_type(input)));
+  std::vector<ExchangeStage> stages;
+  add_reduce_scatter(stages, groups_, rows, result, op);
+  stages.back().finish = [finish = stages.back().finish, result, output, op, n = size()]() mutable {
+    finish();
+    divide_for_average(result, op, n);
+    output.view(-1).copy_(result);
+  };
+  return start("reduce_scatter", options, std::move(stages), {input, output});
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
+                                                           const CollectiveOptions& options) {
+  flat_->validate(
+      CollectiveOp::kAllGather, [&] { check_pair(CollectiveOp::kAllGather, input, output, 1, size(), true, rank()); },
+      &input, input.numel(), 0);
+  const at::Tensor rows = output.view({size(), input.numel()});
+  at::Tensor mine = row(rows, rank());
+  if (mine.data_ptr() != input.data_ptr()) mine.copy_(input);  // copy_ handles an overlapping input
+  std::vector<ExchangeStage> stages;
+  add_all_gather(stages, groups_, rows);
+  return start("all_gather", options, std::move(stages), {input, output});
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op,
+                                                           const CollectiveOptions& options) {
+  flat_->validate(
+      CollectiveOp::kAllReduce, [&] { check_tensor(CollectiveOp::kAllReduce, "input", tensor, true, rank()); },
+      &tensor, tensor.numel(), static_cast<int64_t>(op));
+  const int n = size();
+  const int64_t c = (tensor.numel() + n - 1) / n;
+  // Padded to n rows; the padding's values never reach the caller.
+  at::Tensor rows = at::zeros({n, c}, tensor.options());
+  rows.view(-1).narrow(0, 0, tensor.numel()).copy_(tensor.view(-1));
+  at::Tensor reduced = at::empty({n, c}, tensor.options().dtype(accumulator_type(tensor)));
+  std::vector<ExchangeStage> stages;
+  add_reduce_scatter(stages, groups_, rows, row(reduced, rank()), op);
+  add_all_gather(stages, groups_, reduced);
+  stages.back().finish = [reduced, tensor, op, n]() mutable {
+    divide_for_average(reduced, op, n);
+    tensor.view(-1).copy_(reduced.view(-1).narrow(0, 0, tensor.numel()));
+  };
+  return start("all_reduce", options, std::move(stages), {tensor, rows});
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::broadcast(const at::Tensor& tensor, int root,
+                                                          const CollectiveOptions& options) {
+  flat_->validate(
+      CollectiveOp::kBroadcast,
+      [&] {
+        check_tensor(CollectiveOp::kBroadcast, "input", tensor, true, rank());
+        check_root(root, size(), rank());
+      },
+      &tensor, tensor.numel(), root);
+  // From the root to its column (one rank per node), then from each of those within its node.
+  auto g = groups_;
+  const std::vector<int>& root_column = g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(root)])];
+  const bool in_root_column = position(root_column, g->me) < static_cast<int>(root_column.size());
+  int node_source = -1;  // the rank of this node in the root's column
+  for (int r : g->node) {
+    if (position(root_column, r) < static_cast<int>(root_column.size())) node_source = r;
+  }
+  const at::Tensor data = tensor.view(-1);
+  std::vector<ExchangeStage> stages;
+  stages.push_back(ExchangeStage{[=](std::vector<Message>& sends, std::vector<Message>& receives) {
+                                   if (g->me == root) {
+                                     for (int r : root_column) {
+                                       if (r != root) sends.push_back({r, data});
+                                     }
+                                   } else if (in_root_column) {
+                                     receives.push_back({root, data});
+                                   }
+                                 },
+                                 {}});
+  stages.push_back(ExchangeStage{[=](std::vector<Message>& sends, std::vector<Message>& receives) {
+                                   if (g->me == node_source) {
+                                     for (int r : g->node) {
+                                       if (r != g->me) sends.push_back({r, data});
+                                     }
+                                   } else if (node_source >= 0) {
+                                     receives.push_back({node_source, data});
+                                   }
+                                 },
+                                 {}});
+  return start("broadcast", options, std::move(stages), {tensor});
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output,
+                                                           const CollectiveOptions& options) {
+  flat_->validate(
+      CollectiveOp::kAllToAll,
+      [&] {
+        check_pair(CollectiveOp::kAllToAll, input, output, 1, 1, true, rank());
+        if (input.numel() % size() != 0) {
+          throw Error(fmt::format("all_to_all: input {} does not split into {} equal chunks", describe(input), size()),
+                      "all_to_all", rank());
+        }
+      },
+      &input, input.numel(), 0);
+  const at::Tensor send = input.view({size(), -1}).clone();  // the output may overlap the input
+  const at::Tensor receive = output.view({size(), -1});
+  std::vector<ExchangeStage> stages;
+  stages.push_back(ExchangeStage{[=, me = rank(), n = size()](std::vector<Message>& sends,
+                                                               std::vector<Message>& receives) {
+                                   for (int r = 0; r < n; ++r) {
+                                     if (r == me) continue;
+                                     sends.push_back({r, row(send, r)});
+                                     receives.push_back({r, row(receive, r)});
+                                   }
+                                 },
+                                 [=, me = rank()]() mutable { row(receive, me).copy_(row(send, me)); }});
+  return start("all_to_all", options, std::move(stages), {input, output, send});
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::barrier(const CollectiveOptions& options) {
+  return flat_->barrier(options);
+}
+
+std::unique_ptr<Communicator> HierarchicalCommunicator::split(int color, int key) { return flat_->split(color, key); }
+
+}  // namespace zero::comm_detail
