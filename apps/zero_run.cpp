@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -59,7 +60,12 @@ std::vector<std::pair<std::string, std::string>> read_env_files() {
   return env;
 }
 
-int run_mpirun(const std::vector<std::string>& argv) {
+// Once a rank has failed, mpirun gets this long to end the others before zero-run ends mpirun.
+// Note: mpirun waits for every host's daemon to confirm, and a daemon behind a dead link never
+// does: without this the job would hang after its ranks had all stopped.
+constexpr int kFailureGraceSeconds = 15;
+
+int run_mpirun(const std::vector<std::string>& argv, const std::string& status_dir) {
   g_mpirun = fork();
   if (g_mpirun == 0) {
     std::vector<char*> args;
@@ -76,7 +82,21 @@ int run_mpirun(const std::vector<std::string>& argv) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGALRM, &action, nullptr);
   int status = 0;
-  while (waitpid(g_mpirun, &status, 0) < 0 && errno == EINTR) {
+  auto failed_at = std::chrono::steady_clock::time_point::max();
+  bool killed = false;
+  for (;;) {
+    const pid_t done = waitpid(g_mpirun, &status, WNOHANG);
+    if (done == g_mpirun || (done < 0 && errno != EINTR)) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (failed_at == std::chrono::steady_clock::time_point::max()) {
+      if (!zero::launch::read_rank_failures(status_dir).empty()) failed_at = now;
+    } else if (!killed && now - failed_at > std::chrono::seconds(kFailureGraceSeconds)) {
+      fmt::print(stderr, "zero-run: mpirun has not ended the job {} s after a rank failed (a host unreachable?): "
+                 "killing it\n", kFailureGraceSeconds);
+      kill(g_mpirun, SIGKILL);
+      killed = true;
+    }
+    usleep(200 * 1000);
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -158,8 +178,11 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", zero::launch::shell_join(plan.argv));
       return 0;
     }
-    int status = run_mpirun(plan.argv);
+    int status = run_mpirun(plan.argv, o.status_dir);
     auto failures = zero::launch::read_rank_failures(o.status_dir);
+    if (plan.hosts.size() == 1) {
+      for (auto& f : failures) f.host.clear();  // one host: "rank 1", as ever
+    }
     std::filesystem::remove_all(o.status_dir);
     if (const auto* first = zero::launch::first_failure(failures)) {
       fmt::print(stderr, "zero-run: {}; {} of {} rank(s) failed or were stopped\n", zero::launch::describe(*first),

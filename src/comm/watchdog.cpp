@@ -52,8 +52,10 @@ struct Peer {
 
 class MpiWatchdog : public Watchdog {
  public:
-  MpiWatchdog(const WatchdogOptions& options, int rank, int size, bool threads)
-      : options_(options), rank_(rank), size_(size), threads_(threads), peers_(static_cast<size_t>(size)) {
+  // `hosts`: every rank's host when the world spans several (errors name them), else empty.
+  MpiWatchdog(const WatchdogOptions& options, int rank, int size, bool threads, std::vector<std::string> hosts)
+      : options_(options), rank_(rank), size_(size), threads_(threads), hosts_(std::move(hosts)),
+        peers_(static_cast<size_t>(size)) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     const double shortest = std::min(options_.timeout_seconds > 0 ? options_.timeout_seconds : 1e9,
                                      options_.warning_seconds > 0 ? options_.warning_seconds : 1e9);
@@ -93,14 +95,14 @@ class MpiWatchdog : public Watchdog {
       }
       if (options_.warning_seconds > 0 && p.seconds >= options_.warning_seconds && warned != episode) {
         warned = episode;
-        std::fprintf(stderr, "zerocpp: warning: rank %d has waited %.0f s in %s of step %lld%s\n", rank_, p.seconds,
+        std::fprintf(stderr, "zerocpp: warning: %s has waited %.0f s in %s of step %lld%s\n", name(rank_).c_str(), p.seconds,
                      p.what.c_str(), static_cast<long long>(p.step), describe_others(p).c_str());
       }
       if (options_.timeout_seconds > 0 && p.seconds >= options_.timeout_seconds) {
         std::fprintf(stderr,
-                     "zerocpp: error: rank %d: collective timeout (%.0f s) in %s of step %lld%s; ending the job "
+                     "zerocpp: error: %s: collective timeout (%.0f s) in %s of step %lld%s; ending the job "
                      "(nothing more is written)\n",
-                     rank_, options_.timeout_seconds, p.what.c_str(), static_cast<long long>(p.step),
+                     name(rank_).c_str(), options_.timeout_seconds, p.what.c_str(), static_cast<long long>(p.step),
                      describe_others(p).c_str());
         std::fflush(stderr);
         std::fflush(stdout);
@@ -142,6 +144,11 @@ class MpiWatchdog : public Watchdog {
     }
   }
 
+  // "rank 2", or "rank 2 on worker-2" when the world spans several hosts.
+  std::string name(int r) const {
+    return hosts_.empty() ? fmt::format("rank {}", r) : fmt::format("rank {} on {}", r, hosts_[static_cast<size_t>(r)]);
+  }
+
   // ": did not arrive: rank 1 (no answer: stopped or dead), rank 2 (running step 4, in no collective)".
   std::string describe_others(const ProgressSnapshot& p) const {
     if (!threads_) return " (MPI without MPI_THREAD_MULTIPLE: the other ranks cannot be asked)";
@@ -163,7 +170,7 @@ class MpiWatchdog : public Watchdog {
         ++arrived;
         continue;
       }
-      missing += fmt::format("{}rank {} ({})", missing.empty() ? "" : ", ", r, why);
+      missing += fmt::format("{}{} ({})", missing.empty() ? "" : ", ", name(r), why);
     }
     if (missing.empty()) return fmt::format("; all {} other ranks are waiting in it too", arrived);
     return "; did not arrive: " + missing;
@@ -172,6 +179,7 @@ class MpiWatchdog : public Watchdog {
   WatchdogOptions options_;
   int rank_, size_;
   bool threads_;
+  std::vector<std::string> hosts_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   double poll_ = 1, ask_after_ = 1;
   std::vector<Peer> peers_;
@@ -190,7 +198,10 @@ std::unique_ptr<Watchdog> Watchdog::start(World& world, const WatchdogOptions& o
   if (options.timeout_seconds <= 0 && options.warning_seconds <= 0) return nullptr;
   int provided = 0;
   MPI_Query_thread(&provided);
-  return std::make_unique<MpiWatchdog>(options, world.rank(), world.size(), provided == MPI_THREAD_MULTIPLE);
+  std::vector<std::string> hosts;
+  for (int r = 0; world.num_nodes() > 1 && r < world.size(); ++r) hosts.push_back(world.host(r));
+  return std::make_unique<MpiWatchdog>(options, world.rank(), world.size(), provided == MPI_THREAD_MULTIPLE,
+                                       std::move(hosts));
 }
 
 WatchdogOptions watchdog_options(double config_timeout, double config_warning) {

@@ -45,7 +45,8 @@ void write_all(int fd, const char* data, size_t n) {
 
 void record_rank_failure(const std::string& dir, const RankFailure& f) {
   std::ofstream out(dir + "/rank." + std::to_string(f.rank) + ".status");
-  out << f.rank << ' ' << (f.signaled ? "signal" : "exit") << ' ' << f.code << ' ' << f.time_ns << '\n';
+  out << f.rank << ' ' << (f.signaled ? "signal" : "exit") << ' ' << f.code << ' ' << f.time_ns << ' '
+      << (f.host.empty() ? "-" : f.host) << '\n';
 }
 
 std::vector<RankFailure> read_rank_failures(const std::string& dir) {
@@ -58,6 +59,7 @@ std::vector<RankFailure> read_rank_failures(const std::string& dir) {
     std::string kind;
     if (in >> f.rank >> kind >> f.code >> f.time_ns) {
       f.signaled = kind == "signal";
+      if (in >> f.host && f.host == "-") f.host.clear();
       failures.push_back(f);
     }
   }
@@ -74,8 +76,9 @@ const RankFailure* first_failure(const std::vector<RankFailure>& failures) {
 }
 
 std::string describe(const RankFailure& f) {
-  if (f.signaled) return fmt::format("rank {} was killed by signal {} ({})", f.rank, f.code, strsignal(f.code));
-  return fmt::format("rank {} exited with status {}", f.rank, f.code);
+  const std::string who = f.host.empty() ? fmt::format("rank {}", f.rank) : fmt::format("rank {} on {}", f.rank, f.host);
+  if (f.signaled) return fmt::format("{} was killed by signal {} ({})", who, f.code, strsignal(f.code));
+  return fmt::format("{} exited with status {}", who, f.code);
 }
 
 int rank_from_environment() {
@@ -159,8 +162,10 @@ int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
   while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
   }
   if (log_fd >= 0) close(log_fd);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
   RankFailure failure{rank, WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                      now_ns()};
+                      now_ns(), host};
   if (failure.code == 0) return 0;
   if (!status_dir.empty()) record_rank_failure(status_dir, failure);
   return failure.signaled ? 128 + failure.code : failure.code;

@@ -13,6 +13,7 @@ struct RankFailure {
   bool signaled = false;  // killed by a signal (often mpirun stopping the others) vs exited
   int code = 0;           // exit status or signal number
   int64_t time_ns = 0;    // wall clock when the wrapper saw it
+  std::string host;       // where the rank ran (its host name), or empty
 };
 
 void record_rank_failure(const std::string& dir, const RankFailure& failure);
