@@ -2,7 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <climits>
+#include <thread>
 
 #include "comm/mpi_work.h"
 #include "comm/progress.h"
@@ -10,8 +12,36 @@
 
 namespace zero::comm_detail {
 
-ExchangeWork::ExchangeWork(const char* what, MPI_Comm comm, int rank, int tag_base, std::vector<ExchangeStage> stages)
-    : what_(what), comm_(comm), rank_(rank), tag_base_(tag_base), stages_(std::move(stages)) {
+void ExchangeProgress::add(const std::shared_ptr<ExchangeWork>& work) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  works_.erase(std::remove_if(works_.begin(), works_.end(), [](const auto& w) { return w.expired(); }), works_.end());
+  works_.push_back(work);
+}
+
+void ExchangeProgress::poll() {
+  std::vector<std::shared_ptr<ExchangeWork>> alive;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (polling_) return;
+    polling_ = true;
+    for (const auto& w : works_) {
+      if (auto work = w.lock()) alive.push_back(std::move(work));
+    }
+  }
+  for (const auto& work : alive) {
+    try {
+      work->test();
+    } catch (const Error&) {  // its waiter sees it
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  polling_ = false;
+}
+
+ExchangeWork::ExchangeWork(const char* what, MPI_Comm comm, int rank, int tag_base, std::vector<ExchangeStage> stages,
+                           std::shared_ptr<ExchangeProgress> progress)
+    : what_(what), comm_(comm), rank_(rank), tag_base_(tag_base), stages_(std::move(stages)),
+      progress_(std::move(progress)) {
   if (stages_.size() > static_cast<size_t>(kMaxStages)) throw Error("too many exchange stages", what_, rank_);
   start_stage();
 }
@@ -72,6 +102,7 @@ void ExchangeWork::complete_stage() {
 }
 
 bool ExchangeWork::test() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
   while (stage_ < stages_.size()) {
     int done = 0;
     const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
@@ -87,16 +118,12 @@ bool ExchangeWork::test() {
 
 void ExchangeWork::wait() {
   BlockedScope blocked(what_);  // the watchdog sees this rank waiting here
-  while (stage_ < stages_.size()) {
-    const int code = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-    if (code != MPI_SUCCESS) {
-      fail(code);
-      break;
-    }
-    complete_stage();
-    start_stage();
+  // Note: not MPI_Waitall on this stage alone: another exchange of this rank may be the one
+  // the other ranks wait for, and its next stage starts only when this rank polls it.
+  while (!test()) {
+    if (progress_) progress_->poll();
+    std::this_thread::yield();
   }
-  if (!error_.empty()) throw Error(error_, what_, rank_);
 }
 
 }  // namespace zero::comm_detail

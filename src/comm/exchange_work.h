@@ -12,6 +12,8 @@
 #include <mpi.h>
 
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,11 +34,29 @@ struct ExchangeStage {
   std::function<void()> finish;  // may be empty
 };
 
+class ExchangeWork;
+
+// The exchanges of one communicator still in flight. A stage starts only when its rank tests or
+// waits, so a rank waiting for anything (another exchange, a consistency check, a barrier) keeps
+// every one of its exchanges moving: the other ranks may be waiting for their next stage.
+class ExchangeProgress {
+ public:
+  void add(const std::shared_ptr<ExchangeWork>& work);
+  // Tests every exchange in flight (errors stay with their works, for their waiters).
+  void poll();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<ExchangeWork>> works_;
+  bool polling_ = false;  // poll() → test() → a stage's finish never polls again
+};
+
 class ExchangeWork : public Work {
  public:
   // Starts the first stage at once. `tag_base` must differ between collectives that can be in
   // flight together (a sequence number) and leave room for one tag per stage.
-  ExchangeWork(const char* what, MPI_Comm comm, int rank, int tag_base, std::vector<ExchangeStage> stages);
+  ExchangeWork(const char* what, MPI_Comm comm, int rank, int tag_base, std::vector<ExchangeStage> stages,
+               std::shared_ptr<ExchangeProgress> progress);
   ~ExchangeWork() override;  // waits: the messages still read and write the caller's tensors
 
   void wait() override;
@@ -59,6 +79,8 @@ class ExchangeWork : public Work {
   std::vector<Message> sends_, receives_;  // the running stage's, alive until it completes
   std::vector<MPI_Request> requests_;
   std::string error_;
+  std::shared_ptr<ExchangeProgress> progress_;
+  std::recursive_mutex mutex_;  // test() from the owner and from another waiter's poll()
 };
 
 }  // namespace zero::comm_detail

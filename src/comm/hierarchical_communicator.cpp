@@ -4,9 +4,11 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <thread>
 #include <map>
 
 #include "comm/collective_checks.h"
+#include "comm/progress.h"
 #include "zero/error.h"
 
 namespace zero::comm_detail {
@@ -81,6 +83,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<MpiCommunicat
   }
   g->column = g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(me)])];
   groups_ = g;
+  flat_->set_progress_while_waiting([progress = progress_] { progress->poll(); });
   MPI_Comm_dup(flat_->handle(), &exchange_comm_);
   MPI_Comm_set_errhandler(exchange_comm_, MPI_ERRORS_RETURN);
   int* tag_ub = nullptr;
@@ -116,7 +119,8 @@ std::shared_ptr<Work> HierarchicalCommunicator::start(const char* what, const Co
   }
   const int cycle = std::max(1, tag_limit_ / ExchangeWork::kMaxStages);
   const int tag_base = static_cast<int>(sequence_++ % cycle) * ExchangeWork::kMaxStages;
-  auto work = std::make_shared<ExchangeWork>(what, exchange_comm_, rank(), tag_base, std::move(stages));
+  auto work = std::make_shared<ExchangeWork>(what, exchange_comm_, rank(), tag_base, std::move(stages), progress_);
+  progress_->add(work);
   if (!options.async) work->wait();
   return work;
 }
@@ -344,7 +348,14 @@ std::shared_ptr<Work> HierarchicalCommunicator::all_to_all(const at::Tensor& inp
 }
 
 std::shared_ptr<Work> HierarchicalCommunicator::barrier(const CollectiveOptions& options) {
-  return flat_->barrier(options);
+  auto work = flat_->barrier({.async = true});
+  if (options.async) return work;
+  BlockedScope blocked("barrier");
+  while (!work->test()) {  // keeping this rank's exchanges moving (see ExchangeProgress)
+    progress_->poll();
+    std::this_thread::yield();
+  }
+  return work;
 }
 
 std::unique_ptr<Communicator> HierarchicalCommunicator::split(int color, int key) { return flat_->split(color, key); }

@@ -67,6 +67,7 @@ class HierarchicalCommunicator : public Communicator {
   MPI_Comm exchange_comm_ = MPI_COMM_NULL;  // a duplicate: its messages never meet other traffic
   int64_t sequence_ = 0;
   int tag_limit_ = 32767;
+  std::shared_ptr<ExchangeProgress> progress_ = std::make_shared<ExchangeProgress>();
   // Bytes sent to other nodes; shared with the stages of works that may outlive a call.
   std::shared_ptr<std::atomic<int64_t>> inter_node_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
 };

@@ -119,7 +119,16 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
   queue_->start_all();  // a blocking collective comes after every one already called
   {
     comm_detail::BlockedScope blocked(to_string(op));  // a rank that never comes is seen waiting here first
-    check(MPI_Allreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_), "consistency check");
+    if (progress_) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Iallreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_, &request), "consistency check");
+      for (int done = 0; !done;) {
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "consistency check");
+        if (!done) progress_();
+      }
+    } else {
+      check(MPI_Allreduce(MPI_IN_PLACE, both, 10, MPI_INT64_T, MPI_MAX, comm_), "consistency check");
+    }
   }
   std::string name = to_string(op);
   if (local_error) std::rethrow_exception(local_error);

@@ -29,6 +29,10 @@ class MpiCommunicator : public Communicator {
   // so no rank is left waiting in a collective the others abandoned.
   void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
                 int64_t extra);
+  // Called again and again while the consistency check waits for the other ranks: work of
+  // another kind in flight on this rank (a hierarchical collective's next stage) that the others
+  // may need before they can arrive. Empty: the check blocks in MPI.
+  void set_progress_while_waiting(std::function<void()> progress) { progress_ = std::move(progress); }
 
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveOptions& options) override;
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
@@ -58,6 +62,7 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   // Every non-blocking piece on comm_, in call order (see piece_queue.h for why one queue).
   std::shared_ptr<PieceQueue> queue_;
+  std::function<void()> progress_;
 };
 
 }  // namespace zero::comm_detail

@@ -491,8 +491,10 @@ TEST(EngineStage3, SubGroupSizeTilesTheStepSameBitsNoTemporaries) {
   // the fused sum of squares (src/optim/cpu_kernels.h) use none; what is left are the 8- and
   // 16-byte scalar tensors of the norm's and the order check's all-reduces (16 measured). Before,
   // AdamW's sqrt(v), its quotient and addcdiv_'s temporary made it 3 floats per tile element.
+  // Across nodes those all-reduces stage their padded rows and partial sums too (112 measured on
+  // 2 nodes of 2), still nothing in proportion to the tile.
   EXPECT_EQ(tiled.step_peak, whole.step_peak);
-  EXPECT_LE(whole.step_peak, 64);
+  EXPECT_LE(whole.step_peak, test_world().num_nodes() > 1 ? 256 : 64);
   if (test_world().rank() == 0)
     std::printf("step peak: %lld bytes untiled, %lld in tiles of %lld (owned %lld elements)\n",
                 (long long)whole.step_peak, (long long)tiled.step_peak, (long long)kTile, (long long)whole.owned);
