@@ -42,7 +42,7 @@ mean_step() {  # the mean of the step times after the first (ms → s)
 sent() { sed -n 's/^zero-train: sent across nodes per step: \([0-9]*\) .*/\1/p' "$1"; }
 host_bytes() { "$cluster" bytes | awk '$1 == "zc-node1" {print $2}'; }
 
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(nproc) cores;" \
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(getconf _NPROCESSORS_ONLN) cores;" \
   "flags: $(grep -m1 flags /proc/cpuinfo | grep -oE 'avx2|avx512f|avx512_bf16' | sort -u | xargs)"
 echo "GPT: $layers layers, $channels channels, $heads heads, 12 x $seq tokens per step; 4 ranks, fp32"
 timeout 900 "$bin/zero-run" -n 4 "$bin/zero-train" --config "$(config 0)" "${model[@]}" >"$tmp/local0" 2>&1

@@ -1,3 +1,4 @@
+#include <ATen/ATen.h>
 #include <ATen/core/Tensor.h>
 #include <fmt/core.h>
 
@@ -118,6 +119,15 @@ void check_pair(CollectiveOp op, const at::Tensor& input, const at::Tensor& outp
 void check_root(int root, int size, int rank) {
   if (root < 0 || root >= size) {
     throw Error(fmt::format("broadcast: root {} is outside the group of {} ranks", root, size), "broadcast", rank);
+  }
+}
+
+void divide_for_average(at::Tensor& buffer, ReduceOp op, int size) {
+  if (op != ReduceOp::kAvg) return;
+  if (at::isFloatingType(buffer.scalar_type())) {
+    buffer.div_(size);
+  } else {
+    buffer.div_(size, "trunc");
   }
 }
 

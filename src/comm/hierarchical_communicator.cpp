@@ -213,15 +213,6 @@ void add_all_gather(std::vector<ExchangeStage>& stages, std::shared_ptr<const Ex
       {}});
 }
 
-void divide_for_average(at::Tensor& t, ReduceOp op, int size) {
-  if (op != ReduceOp::kAvg) return;
-  if (at::isFloatingType(t.scalar_type())) {
-    t.div_(size);
-  } else {
-    t.div_(size, "trunc");
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<Work> HierarchicalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,

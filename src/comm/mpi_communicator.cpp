@@ -66,16 +66,6 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return begin_a < end_b && begin_b < end_a;
 }
 
-// Averages divide after the sum; integer averages truncate, as NCCL's do.
-void divide_for_average(at::Tensor& buffer, ReduceOp op, int size) {
-  if (op != ReduceOp::kAvg) return;
-  if (at::isFloatingType(buffer.scalar_type())) {
-    buffer.div_(size);
-  } else {
-    buffer.div_(size, "trunc");
-  }
-}
-
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options) : comm_(comm), options_(options) {

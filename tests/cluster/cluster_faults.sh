@@ -7,17 +7,7 @@
 # Each must end every rank within the watchdog's timeout (no hang) with an error naming the rank
 # and its host, and the last checkpoint must load: training resumes from it on the healed cluster.
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
-set -u
-bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-[[ $(id -u) -eq 0 ]] || { echo "skipped: the cluster needs root (network namespaces)"; exit 77; }
-cluster=$src/scripts/cluster
-tmp=$(mktemp -d /tmp/cluster_faults.XXXXXX)
-trap '"$cluster" down; rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1
-fail=0
-check() {  # check CONDITION MESSAGE
-  if eval "$1"; then echo "ok: $2"; else echo "FAILED: $2"; fail=1; fi
-}
+source "$(dirname "$0")/common.sh"
 cat >"$tmp/stage2.json" <<JSON
 {"train_batch_size": 12, "zero_optimization": {"stage": 2, "reduce_bucket_size": 20000},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}}

@@ -7,17 +7,7 @@
 #     stage, exactly, and, summed over a host's ranks, the bytes the kernel counted on that host's
 #     link per step within 5 % (TCP/IP headers aside: 66 bytes a packet).
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
-set -u
-bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
-[[ $(id -u) -eq 0 ]] || { echo "skipped: the cluster needs root (network namespaces)"; exit 77; }
-cluster=$src/scripts/cluster
-tmp=$(mktemp -d /tmp/cluster_train.XXXXXX)
-trap '"$cluster" down; rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1
-fail=0
-check() {  # check CONDITION MESSAGE
-  if eval "$1"; then echo "ok: $2"; else echo "FAILED: $2"; fail=1; fi
-}
+source "$(dirname "$0")/common.sh"
 
 # A GPT of 842,496 parameters: 4 blocks of 198,272 and a root unit (wte, wpe, ln_f) of 49,408.
 model=(--layers 4 --heads 4 --channels 128 --max-seq 128 --vocab 256)
