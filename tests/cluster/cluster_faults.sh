@@ -44,7 +44,8 @@ resumes() {  # a healed cluster resumes from the newest checkpoint and trains on
   local saved; saved=$(latest_step)
   "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$tmp/hosts" "$bin/zero-train" --config "$tmp/stage2.json" \
     --steps $((saved + 2)) --save-dir "$tmp/ckpt" --resume --no-progress >"$tmp/resume.log" 2>&1 &&
-    grep -q "^step *$((saved + 1))/" "$tmp/resume.log" && ! grep -q "^step *$saved/" "$tmp/resume.log"
+    grep -q "^step *$((saved + 1))/" "$tmp/resume.log" && ! grep -q "^step *$saved/" "$tmp/resume.log" ||
+    { echo "--- the resumed run:"; tail -20 "$tmp/resume.log"; return 1; }
 }
 
 # 1. The link of zc-node2 goes down mid-run.
@@ -56,6 +57,10 @@ check "[[ $status != 0 ]]" "link down: zero-run failed (status $status)"
 check "grep -Eq 'collective timeout \(15 s\).*did not arrive: rank [23] on zc-node2 \(no answer' $tmp/link.log" \
   "link down: the error names the ranks on zc-node2"
 "$cluster" link zc-node2 up
+# What an operator does before restarting: nothing of the dead job may linger on the hosts (the
+# daemon behind the pulled link never heard that the job ended).
+for h in zc-node1 zc-node2; do ip netns pids $h | xargs -r kill -9; done
+sleep 1
 check "[[ -n \"$(latest_step)\" ]] && resumes" "link down: the last checkpoint (step $(latest_step)) loads and training goes on"
 
 # 2. Every rank of zc-node2 killed.
