@@ -198,6 +198,8 @@ TEST(Collectives, DebugBuffersNamesMemoryReleasedWhileInFlight) {
   // before it completed fails its collective instead of writing into freed memory unnoticed.
   if (!zero::debug_buffers()) GTEST_SKIP() << "ZERO_DEBUG_BUFFERS is not set";
   if (comm().backend() != "mpi") GTEST_SKIP() << "the local backend completes at once";
+  // Not yet for the exchanges across nodes: their messages are not checked in place.
+  if (test_world().num_nodes() > 1) GTEST_SKIP() << "hierarchical collectives: no buffer check yet";
   const int rank = comm().rank(), size = comm().size();
   at::Tensor input = contribution(rank, 1000, at::kFloat), output = torch::empty({1000 * size});
   auto work = comm().all_gather(input, output);
