@@ -122,6 +122,13 @@ void check_root(int root, int size, int rank) {
   }
 }
 
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0 || !a.storage().is_alias_of(b.storage())) return false;
+  auto begin_a = static_cast<const char*>(a.data_ptr()), begin_b = static_cast<const char*>(b.data_ptr());
+  auto end_a = begin_a + a.nbytes(), end_b = begin_b + b.nbytes();
+  return begin_a < end_b && begin_b < end_a;
+}
+
 void divide_for_average(at::Tensor& buffer, ReduceOp op, int size) {
   if (op != ReduceOp::kAvg) return;
   if (at::isFloatingType(buffer.scalar_type())) {

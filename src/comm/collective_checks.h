@@ -19,6 +19,8 @@ void check_root(int root, int size, int rank);
 bool is_16bit_float(const at::Tensor& t);
 std::string describe(const at::Tensor& t);    // "float32[1024]"
 std::string dtype_name(at::ScalarType type);  // "float32", "bfloat16", ...
+// Whether the bytes of `a` and `b` overlap (MPI forbids overlapping send and receive buffers).
+bool overlaps(const at::Tensor& a, const at::Tensor& b);
 // For ReduceOp::kAvg, divides the summed `buffer` by `size` (integers truncate, as NCCL's do).
 void divide_for_average(at::Tensor& buffer, ReduceOp op, int size);
 

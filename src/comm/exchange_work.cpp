@@ -53,8 +53,10 @@ ExchangeWork::~ExchangeWork() {
   }
 }
 
-void ExchangeWork::fail(int code) {
-  error_ = fmt::format("{} failed in stage {}: {}", what_, stage_ + 1, mpi_error_string(code));
+void ExchangeWork::fail(int code) { fail(mpi_error_string(code)); }
+
+void ExchangeWork::fail(const std::string& why) {
+  error_ = fmt::format("{} failed in stage {}: {}", what_, stage_ + 1, why);
   // Note: the requests of a failed stage may never complete; they are abandoned with the stage.
   requests_.clear();
   stage_ = stages_.size();
@@ -68,10 +70,9 @@ void ExchangeWork::start_stage() {
     const int tag = tag_base_ + static_cast<int>(stage_);
     for (const auto* list : {&receives_, &sends_}) {
       for (const auto& m : *list) {
-        if (m.data.nbytes() > static_cast<size_t>(INT_MAX)) {
-          throw Error(fmt::format("{}: a message of {} bytes exceeds MPI's limit of {}; use smaller buckets", what_,
-                                  m.data.nbytes(), INT_MAX),
-                      what_, rank_);
+        if (m.data.nbytes() > static_cast<size_t>(INT_MAX)) {  // before anything of the stage is posted
+          return fail(fmt::format("a message of {} bytes exceeds MPI's limit of {}; use smaller buckets",
+                                  m.data.nbytes(), INT_MAX));
         }
       }
     }

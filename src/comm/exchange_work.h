@@ -68,7 +68,9 @@ class ExchangeWork : public Work {
  private:
   void start_stage();
   void complete_stage();
+  // Records the error (every later test() or wait() throws it) and ends the exchange.
   void fail(int code);
+  void fail(const std::string& why);
 
   const char* what_;
   MPI_Comm comm_;

@@ -4,8 +4,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <thread>
 #include <map>
+#include <thread>
 
 #include "comm/collective_checks.h"
 #include "comm/progress.h"
@@ -15,14 +15,15 @@ namespace zero::comm_detail {
 
 // This rank's node and column. With equal nodes, `node` lists this node's ranks in rank order
 // (this rank's local index is its place there) and `column` the ranks of every node with the same
-// local index, in node order; `column_of[r]` is rank r's column. With unequal nodes the node is
-// this rank alone and the column is every rank: one direct exchange.
+// local index, in node order. With unequal nodes the node is this rank alone and the column is
+// every rank: one direct exchange.
 struct ExchangeGroups {
   int me = 0;
   std::vector<int> node;
-  std::vector<int> column;
+  std::vector<int> column;                // columns[local_index[me]]
   std::vector<std::vector<int>> columns;  // by local index
   std::vector<int> local_index;           // of every rank
+  std::vector<int> node_of;               // of every rank, as World numbers the nodes
 };
 
 namespace {
@@ -50,22 +51,19 @@ void reduce_terms(at::Tensor& out, const std::vector<at::Tensor>& terms, ReduceO
   for (size_t i = 1; i < terms.size(); ++i) combine(out, terms[i].to(out.scalar_type()), op);
 }
 
-int position(const std::vector<int>& ranks, int rank) {
-  return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
-}
-
 }  // namespace
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<MpiCommunicator> flat,
                                                    std::vector<int> node_of_rank)
-    : flat_(std::move(flat)), node_of_rank_(std::move(node_of_rank)) {
+    : flat_(std::move(flat)) {
   const int n = flat_->size(), me = flat_->rank();
   std::map<int, std::vector<int>> nodes;
-  for (int r = 0; r < n; ++r) nodes[node_of_rank_[static_cast<size_t>(r)]].push_back(r);
+  for (int r = 0; r < n; ++r) nodes[node_of_rank[static_cast<size_t>(r)]].push_back(r);
   const size_t per_node = nodes.begin()->second.size();
   const bool equal = std::all_of(nodes.begin(), nodes.end(), [&](const auto& kv) { return kv.second.size() == per_node; });
   auto g = std::make_shared<ExchangeGroups>();
   g->me = me;
+  g->node_of = std::move(node_of_rank);
   g->local_index.assign(static_cast<size_t>(n), 0);
   if (equal) {
     g->columns.assign(per_node, {});
@@ -75,7 +73,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<MpiCommunicat
         g->local_index[static_cast<size_t>(ranks[l])] = static_cast<int>(l);
       }
     }
-    g->node = nodes[node_of_rank_[static_cast<size_t>(me)]];
+    g->node = nodes[g->node_of[static_cast<size_t>(me)]];
   } else {
     g->node = {me};
     g->columns.assign(1, {});
@@ -103,11 +101,12 @@ std::shared_ptr<Work> HierarchicalCommunicator::start(const char* what, const Co
                                                       std::vector<at::Tensor> keep_alive) {
   // Count what leaves the node as each stage is made, then keep the caller's tensors alive.
   for (auto& stage : stages) {
-    stage.make = [make = std::move(stage.make), counted = inter_node_bytes_, nodes = node_of_rank_,
-                  mine = node_of_rank_[static_cast<size_t>(rank())]](auto& sends, auto& receives) {
+    stage.make = [make = std::move(stage.make), counted = inter_node_bytes_, g = groups_](auto& sends,
+                                                                                        auto& receives) {
       make(sends, receives);
+      const int mine = g->node_of[static_cast<size_t>(g->me)];
       for (const auto& m : sends) {
-        if (nodes[static_cast<size_t>(m.peer)] != mine) *counted += static_cast<int64_t>(m.data.nbytes());
+        if (g->node_of[static_cast<size_t>(m.peer)] != mine) *counted += static_cast<int64_t>(m.data.nbytes());
       }
     };
   }
@@ -242,7 +241,9 @@ std::shared_ptr<Work> HierarchicalCommunicator::all_gather(const at::Tensor& inp
       &input, input.numel(), 0);
   const at::Tensor rows = output.view({size(), input.numel()});
   at::Tensor mine = row(rows, rank());
-  if (mine.data_ptr() != input.data_ptr()) mine.copy_(input);  // copy_ handles an overlapping input
+  if (mine.data_ptr() != input.data_ptr()) {  // not already in place
+    mine.copy_(overlaps(input, output) ? input.clone() : input);
+  }
   std::vector<ExchangeStage> stages;
   add_all_gather(stages, groups_, rows);
   return start("all_gather", options, std::move(stages), {input, output});
@@ -279,13 +280,12 @@ std::shared_ptr<Work> HierarchicalCommunicator::broadcast(const at::Tensor& tens
       },
       &tensor, tensor.numel(), root);
   // From the root to its column (one rank per node), then from each of those within its node.
+  // This node's rank in the root's column has the root's local index (unequal nodes: the node is
+  // this rank alone, and the column, every rank, is reached in the first stage).
   auto g = groups_;
-  const std::vector<int>& root_column = g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(root)])];
-  const bool in_root_column = position(root_column, g->me) < static_cast<int>(root_column.size());
-  int node_source = -1;  // the rank of this node in the root's column
-  for (int r : g->node) {
-    if (position(root_column, r) < static_cast<int>(root_column.size())) node_source = r;
-  }
+  const size_t root_index = static_cast<size_t>(g->local_index[static_cast<size_t>(root)]);
+  const std::vector<int> root_column = g->columns[root_index];
+  const int node_source = g->node[root_index];
   const at::Tensor data = tensor.view(-1);
   std::vector<ExchangeStage> stages;
   stages.push_back(ExchangeStage{[=](std::vector<Message>& sends, std::vector<Message>& receives) {
@@ -293,7 +293,7 @@ std::shared_ptr<Work> HierarchicalCommunicator::broadcast(const at::Tensor& tens
                                      for (int r : root_column) {
                                        if (r != root) sends.push_back({r, data});
                                      }
-                                   } else if (in_root_column) {
+                                   } else if (node_source == g->me) {
                                      receives.push_back({root, data});
                                    }
                                  },
@@ -303,7 +303,7 @@ std::shared_ptr<Work> HierarchicalCommunicator::broadcast(const at::Tensor& tens
                                      for (int r : g->node) {
                                        if (r != g->me) sends.push_back({r, data});
                                      }
-                                   } else if (node_source >= 0) {
+                                   } else {
                                      receives.push_back({node_source, data});
                                    }
                                  },
@@ -323,7 +323,7 @@ std::shared_ptr<Work> HierarchicalCommunicator::all_to_all(const at::Tensor& inp
         }
       },
       &input, input.numel(), 0);
-  const at::Tensor send = input.view({size(), -1}).clone();  // the output may overlap the input
+  const at::Tensor send = overlaps(input, output) ? input.view({size(), -1}).clone() : input.view({size(), -1});
   const at::Tensor receive = output.view({size(), -1});
   std::vector<ExchangeStage> stages;
   stages.push_back(ExchangeStage{[=, me = rank(), n = size()](std::vector<Message>& sends,

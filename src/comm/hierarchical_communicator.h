@@ -62,7 +62,6 @@ class HierarchicalCommunicator : public Communicator {
                               std::vector<at::Tensor> keep_alive);
 
   std::unique_ptr<MpiCommunicator> flat_;
-  std::vector<int> node_of_rank_;
   std::shared_ptr<const ExchangeGroups> groups_;
   MPI_Comm exchange_comm_ = MPI_COMM_NULL;  // a duplicate: its messages never meet other traffic
   int64_t sequence_ = 0;

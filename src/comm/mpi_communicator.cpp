@@ -59,13 +59,6 @@ int mpi_count(int64_t n, CollectiveOp op, int rank) {
   return static_cast<int>(n);
 }
 
-bool overlaps(const at::Tensor& a, const at::Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0 || !a.storage().is_alias_of(b.storage())) return false;
-  auto begin_a = static_cast<const char*>(a.data_ptr()), begin_b = static_cast<const char*>(b.data_ptr());
-  auto end_a = begin_a + a.nbytes(), end_b = begin_b + b.nbytes();
-  return begin_a < end_b && begin_b < end_a;
-}
-
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options) : comm_(comm), options_(options) {

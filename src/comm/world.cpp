@@ -106,9 +106,9 @@ World World::from_environment(const CommunicatorOptions& options) {
   for (int r = 0; r < state->size; ++r) {
     std::string host(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
     const std::string key = per_node > 0 ? std::to_string(r / per_node) : host;
-    auto [it, added] = node_index.emplace(key, static_cast<int>(node_index.size()));
+    const int node = node_index.emplace(key, static_cast<int>(node_index.size())).first->second;
     state->hosts.push_back(std::move(host));
-    state->node_of.push_back(it->second);
+    state->node_of.push_back(node);
   }
   state->node = state->node_of[static_cast<size_t>(state->rank)];
   state->num_nodes = static_cast<int>(node_index.size());

@@ -30,6 +30,11 @@ sent_per_rank() { sed -n 's/^zero-train: sent across nodes per step: \([0-9 ]*\)
 host_sent() {  # host_sent FILE HOST: bytes and packets the host sent
   awk -v h="$2" '$1 == h {print $2, $3}' "$1"
 }
+# The same on one host (shared memory): run_one_host OUT RANKS STAGE STEPS
+run_one_host() {
+  timeout 600 "$bin/zero-run" -n "$2" "$bin/zero-train" --config "$(config "$3")" "${model[@]}" --steps "$4" \
+    --no-progress >"$1" 2>&1 || { echo "one-host run failed: $1"; cat "$1"; fail=1; }
+}
 # One run on the cluster: run_cluster OUT HOSTFILE STAGE STEPS
 run_cluster() {
   "$cluster" bytes >"$1.before"
@@ -42,8 +47,7 @@ run_cluster() {
 "$cluster" up 2 --rate 10gbit || exit 1
 "$cluster" hostfile 2 >"$tmp/hosts2x2"
 for stage in 1 2 3; do
-  timeout 600 "$bin/zero-run" -n 4 "$bin/zero-train" --config "$(config $stage)" "${model[@]}" --steps 8 --no-progress \
-    >"$tmp/one_host_$stage" 2>&1 || { echo "one-host run failed"; cat "$tmp/one_host_$stage"; fail=1; }
+  run_one_host "$tmp/one_host_$stage" 4 $stage 8
   run_cluster "$tmp/short_$stage" "$tmp/hosts2x2" $stage 4
   run_cluster "$tmp/long_$stage" "$tmp/hosts2x2" $stage 8
   check "same_losses $tmp/one_host_$stage $tmp/long_$stage" "stage $stage: 2 hosts x 2 ranks follow 4 ranks on one host"
@@ -76,8 +80,7 @@ done
 "$cluster" up 3 --rate 10gbit || exit 1
 "$cluster" hostfile 1 >"$tmp/hosts3x1"
 for stage in 1 2 3; do
-  timeout 600 "$bin/zero-run" -n 3 "$bin/zero-train" --config "$(config $stage)" "${model[@]}" --steps 6 --no-progress \
-    >"$tmp/one_host3_$stage" 2>&1 || { echo "one-host run failed"; cat "$tmp/one_host3_$stage"; fail=1; }
+  run_one_host "$tmp/one_host3_$stage" 3 $stage 6
   run_cluster "$tmp/three_$stage" "$tmp/hosts3x1" $stage 6
   check "same_losses $tmp/one_host3_$stage $tmp/three_$stage" "stage $stage: 3 hosts x 1 rank follow 3 ranks on one host"
   read -r -a sent <<<"$(sent_per_rank "$tmp/three_$stage")"
