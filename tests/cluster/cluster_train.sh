@@ -84,7 +84,8 @@ for stage in 1 2 3; do
   run_cluster "$tmp/three_$stage" "$tmp/hosts3x1" $stage 6
   check "same_losses $tmp/one_host3_$stage $tmp/three_$stage" "stage $stage: 3 hosts x 1 rank follow 3 ranks on one host"
   read -r -a sent <<<"$(sent_per_rank "$tmp/three_$stage")"
-  check "[[ \${#sent[@]} == 3 && ${sent[0]:-0} -gt 0 ]]" "stage $stage: 3 hosts: ${sent[*]:-none} bytes per step by rank"
+  check "[[ \${#sent[@]} == 3 && ${sent[0]:-0} -gt 0 && ${sent[0]:-0} == ${sent[1]:-1} && ${sent[1]:-0} == ${sent[2]:-1} ]]" \
+    "stage $stage: 3 hosts: every rank sends the same bytes across nodes (${sent[*]:-none})"
 done
 grep -h "across nodes" "$tmp"/long_* "$tmp"/three_* || true
 exit $fail
