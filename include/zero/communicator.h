@@ -53,6 +53,10 @@ struct CollectiveOptions {
   // returning, through MPI's blocking collectives, whose tuned algorithms are up to ~2x faster
   // on shared memory (docs/PERFORMANCE.md); use it when the caller would wait straight away.
   bool async = true;
+  // ZeRO++ (all_gather and reduce_scatter only): 8 or 4 sends the values as blockwise-quantized
+  // integers, one float32 scale per 256 values (src/comm/quantize.h), decoded on arrival; a
+  // reduce-scatter sums the decoded values in float32 and rounds once. 0: the values as they are.
+  int quantize_bits = 0;
 };
 
 struct CommunicatorOptions {

@@ -97,6 +97,12 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;
+  // ZeRO++ (docs/zeropp.md): stage 3's forward gathers in int8 (qwZ); a secondary partition of
+  // each gathered unit within groups of this many consecutive ranks, so backward gathers stay
+  // within the node (hpZ; 1: off); gradient reduce-scatters in int4, in two hops (qgZ).
+  bool zero_quantized_weights = false;
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_gradients = false;
   bool elastic_checkpoint = false;
   bool ignore_unused_parameters = true;
 };

@@ -54,11 +54,16 @@ struct MemoryReport {
   int64_t padding_elements = 0;  // elements added to align buckets (all ranks together)
   int64_t gathered_peak = 0;     // stage 3: most bytes of unit parameters whole at once so far
   int64_t gather_buffers = 0;    // stage 3: of `parameters`, the spare gather buffers
+  // ZeRO++ hpZ: this rank's parts of the units computed with since the last forward began (a
+  // unit's padded size / zero_hpz_partition_size each), held until backward is over.
+  int64_t secondary_partition = 0;
   // NVMe offload: the buffers master and optimizer states stream through (host memory), and the
   // swap file that holds them (on NVMe, not in memory; not in total()).
   int64_t swap_buffers = 0;
   int64_t on_nvme = 0;
-  int64_t total() const { return parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers; }
+  int64_t total() const {
+    return parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers + secondary_partition;
+  }
 };
 
 // NVMe offload (ZeRO-Infinity): bytes moved between host memory and this rank's swap files since

@@ -9,6 +9,8 @@
 
 #include "comm/collective_checks.h"
 #include "comm/progress.h"
+#include "comm/quantize.h"
+#include "comm/quantized_collectives.h"
 #include "zero/error.h"
 
 namespace zero::comm_detail {
@@ -128,11 +130,24 @@ namespace {
 
 at::Tensor row(const at::Tensor& rows, int r) { return rows.select(0, r); }
 
+// How a row of c values travels: as it is, or (ZeRO++'s qgZ) quantized to `bits`.
+struct RowWire {
+  int bits;
+  int64_t c;
+  at::Tensor encode(const at::Tensor& values) const { return bits ? quantize_blocks(values, bits) : values; }
+  at::Tensor buffer(const at::TensorOptions& values) const {
+    return bits ? at::empty({quantized_bytes(c, bits)}, values.dtype(at::kByte)) : at::empty({c}, values);
+  }
+  at::Tensor decode(const at::Tensor& message) const { return bits ? dequantize_blocks(message, c, bits) : message; }
+};
+
 // Reduce-scatter of `rows` (one row of c elements per rank, in rank order) into `result` (c
-// elements in the accumulator dtype): within the node, then across nodes.
+// elements in the accumulator dtype): within the node, then across nodes. With `bits`, every
+// message is quantized (this rank's own terms stay exact) and decoded before it is summed.
 void add_reduce_scatter(std::vector<ExchangeStage>& stages, std::shared_ptr<const ExchangeGroups> g, at::Tensor rows,
-                        at::Tensor result, ReduceOp op) {
+                        at::Tensor result, ReduceOp op, int bits = 0) {
   const int64_t c = rows.size(1);
+  const RowWire wire{bits, c};
   const size_t height = g->column.size();
   // The node's partial sums of this rank's column's rows, in column order.
   auto partial = std::make_shared<at::Tensor>();
@@ -142,10 +157,10 @@ void add_reduce_scatter(std::vector<ExchangeStage>& stages, std::shared_ptr<cons
         for (int peer : g->node) {
           if (peer == g->me) continue;
           for (int r : g->columns[static_cast<size_t>(g->local_index[static_cast<size_t>(peer)])]) {
-            sends.push_back({peer, row(rows, r)});
+            sends.push_back({peer, wire.encode(row(rows, r))});
           }
           for (size_t k = 0; k < height; ++k) {
-            from_node->push_back(at::empty({c}, rows.options()));
+            from_node->push_back(wire.buffer(rows.options()));
             receives.push_back({peer, from_node->back()});
           }
         }
@@ -156,7 +171,7 @@ void add_reduce_scatter(std::vector<ExchangeStage>& stages, std::shared_ptr<cons
           std::vector<at::Tensor> terms;  // the node's ranks in rank order
           size_t peer_index = 0;
           for (int peer : g->node) {
-            terms.push_back(peer == g->me ? row(rows, g->column[k]) : (*from_node)[peer_index++ * height + k]);
+            terms.push_back(peer == g->me ? row(rows, g->column[k]) : wire.decode((*from_node)[peer_index++ * height + k]));
           }
           at::Tensor out = partial->select(0, static_cast<int64_t>(k));
           reduce_terms(out, terms, op);
@@ -169,8 +184,8 @@ void add_reduce_scatter(std::vector<ExchangeStage>& stages, std::shared_ptr<cons
         for (size_t k = 0; k < height; ++k) {
           const int peer = g->column[k];
           if (peer == g->me) continue;
-          sends.push_back({peer, partial->select(0, static_cast<int64_t>(k))});
-          from_column->push_back(at::empty({c}, partial->options()));
+          sends.push_back({peer, wire.encode(partial->select(0, static_cast<int64_t>(k)))});
+          from_column->push_back(wire.buffer(partial->options()));
           receives.push_back({peer, from_column->back()});
         }
       },
@@ -179,7 +194,7 @@ void add_reduce_scatter(std::vector<ExchangeStage>& stages, std::shared_ptr<cons
         size_t received = 0;
         for (size_t k = 0; k < height; ++k) {
           terms.push_back(g->column[k] == g->me ? partial->select(0, static_cast<int64_t>(k))
-                                                : (*from_column)[received++]);
+                                                : wire.decode((*from_column)[received++]));
         }
         at::Tensor out = result;
         reduce_terms(out, terms, op);
@@ -216,16 +231,20 @@ void add_all_gather(std::vector<ExchangeStage>& stages, std::shared_ptr<const Ex
 
 std::shared_ptr<Work> HierarchicalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
                                                                ReduceOp op, const CollectiveOptions& options) {
+  check_quantization(CollectiveOp::kReduceScatter, options, op, rank());
   flat_->validate(
       CollectiveOp::kReduceScatter,
       [&] { check_pair(CollectiveOp::kReduceScatter, input, output, size(), 1, true, rank()); }, &input,
-      input.numel(), static_cast<int64_t>(op));
+      input.numel(), static_cast<int64_t>(op) + 16 * options.quantize_bits);
   const at::Tensor rows = input.view({size(), output.numel()});
   // Note: the result lands in its own buffer: ZeRO reduces a bucket into a slice of itself, and
   // the input's rows are read until the last stage.
-  at::Tensor result = at::empty({output.numel()}, input.options().dtype(accumulator_type(input)));
+  // A quantized reduction is summed in float32 (or wider) whatever travels.
+  const at::ScalarType accumulator =
+      options.quantize_bits ? at::promote_types(accumulator_type(input), at::kFloat) : accumulator_type(input);
+  at::Tensor result = at::empty({output.numel()}, input.options().dtype(accumulator));
   std::vector<ExchangeStage> stages;
-  add_reduce_scatter(stages, groups_, rows, result, op);
+  add_reduce_scatter(stages, groups_, rows, result, op, options.quantize_bits);
   stages.back().finish = [finish = stages.back().finish, result, output, op, n = size()]() mutable {
     finish();
     divide_for_average(result, op, n);
@@ -236,6 +255,7 @@ std::shared_ptr<Work> HierarchicalCommunicator::reduce_scatter(const at::Tensor&
 
 std::shared_ptr<Work> HierarchicalCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
                                                            const CollectiveOptions& options) {
+  if (options.quantize_bits) return quantized_all_gather(*this, input, output, options);
   flat_->validate(
       CollectiveOp::kAllGather, [&] { check_pair(CollectiveOp::kAllGather, input, output, 1, size(), true, rank()); },
       &input, input.numel(), 0);

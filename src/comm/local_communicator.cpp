@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "comm/collective_checks.h"
+#include "comm/quantized_collectives.h"
 #include "comm/mpi_work.h"
 
 namespace zero::comm_detail {
@@ -22,15 +23,17 @@ std::shared_ptr<Work> LocalCommunicator::all_reduce(const at::Tensor& tensor, Re
   return done();
 }
 
-std::shared_ptr<Work> LocalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp,
-                                                        const CollectiveOptions&) {
+std::shared_ptr<Work> LocalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                                        const CollectiveOptions& options) {
+  if (options.quantize_bits) return comm_detail::quantized_reduce_scatter(*this, input, output, op, options);
   check_pair(CollectiveOp::kReduceScatter, input, output, 1, 1, false, 0);
   copy_unless_same(input, output);
   return done();
 }
 
 std::shared_ptr<Work> LocalCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
-                                                    const CollectiveOptions&) {
+                                                    const CollectiveOptions& options) {
+  if (options.quantize_bits) return comm_detail::quantized_all_gather(*this, input, output, options);
   check_pair(CollectiveOp::kAllGather, input, output, 1, 1, false, 0);
   copy_unless_same(input, output);
   return done();

@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "comm/collective_checks.h"
+#include "comm/quantized_collectives.h"
 #include "comm/mpi_work.h"
 #include "comm/progress.h"
 #include "zero/error.h"
@@ -212,6 +213,7 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, Redu
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                                       const CollectiveOptions& options) {
+  if (options.quantize_bits) return comm_detail::quantized_reduce_scatter(*this, input, output, op, options);
   validate(
       CollectiveOp::kReduceScatter,
       [&] { check_pair(CollectiveOp::kReduceScatter, input, output, size_, 1, true, rank_); }, &input, input.numel(),
@@ -269,6 +271,7 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, c
 
 std::shared_ptr<Work> MpiCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
                                                   const CollectiveOptions& options) {
+  if (options.quantize_bits) return comm_detail::quantized_all_gather(*this, input, output, options);
   validate(
       CollectiveOp::kAllGather, [&] { check_pair(CollectiveOp::kAllGather, input, output, 1, size_, true, rank_); },
       &input, input.numel(), 0);

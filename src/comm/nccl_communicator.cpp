@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include "comm/collective_checks.h"
+#include "comm/quantized_collectives.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_work.h"
 #include "zero/error.h"
@@ -118,6 +119,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                        const CollectiveOptions& options) override {
+    if (options.quantize_bits) return comm_detail::quantized_reduce_scatter(*this, input, output, op, options);
     bootstrap_->validate(
         CollectiveOp::kReduceScatter,
         [&] {
@@ -142,6 +144,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output,
                                    const CollectiveOptions& options) override {
+    if (options.quantize_bits) return comm_detail::quantized_all_gather(*this, input, output, options);
     bootstrap_->validate(
         CollectiveOp::kAllGather,
         [&] {

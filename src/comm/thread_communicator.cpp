@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/collective_checks.h"
+#include "comm/quantized_collectives.h"
 #include "zero/error.h"
 
 namespace zero::comm_detail {
@@ -190,11 +191,13 @@ class ThreadCommunicator : public Communicator {
   }
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                        const CollectiveOptions& options) override {
+    if (options.quantize_bits) return comm_detail::quantized_reduce_scatter(*this, input, output, op, options);
     check_pair(CollectiveOp::kReduceScatter, input, output, size(), 1, true, rank_);
     return post({CollectiveOp::kReduceScatter, op, 0, input, output}, options);
   }
   std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output,
                                    const CollectiveOptions& options) override {
+    if (options.quantize_bits) return comm_detail::quantized_all_gather(*this, input, output, options);
     check_pair(CollectiveOp::kAllGather, input, output, 1, size(), true, rank_);
     return post({CollectiveOp::kAllGather, ReduceOp::kSum, 0, input, output}, options);
   }

@@ -124,16 +124,27 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
   z.accept(
       {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"});
 
-  // ZeRO++ and MiCS change what is communicated (quantized, hierarchical); zerocpp has neither.
-  if (z.get_bool("zero_quantized_weights", false) || z.get_bool("zero_quantized_nontrainable_weights", false)) {
-    diag.problem(z.path_of("zero_quantized_weights"), "ZeRO++ quantized weights are not supported by zerocpp");
+  // ZeRO++ (docs/zeropp.md). Frozen parameters are never partitioned here (every rank keeps them
+  // whole), so there is no gather of them to quantize.
+  zc.zero_quantized_weights = z.get_bool("zero_quantized_weights", false);
+  zc.zero_hpz_partition_size = static_cast<int>(z.get_int("zero_hpz_partition_size", 1, 0));
+  zc.zero_quantized_gradients = z.get_bool("zero_quantized_gradients", false);
+  if (z.get_bool("zero_quantized_nontrainable_weights", false)) {
+    diag.problem(z.path_of("zero_quantized_nontrainable_weights"),
+                 "not supported by zerocpp: frozen parameters stay whole on every rank (never partitioned or "
+                 "gathered), so there is nothing to quantize");
   }
-  if (z.get_bool("zero_quantized_gradients", false)) {
-    diag.problem(z.path_of("zero_quantized_gradients"), "ZeRO++ quantized gradients are not supported by zerocpp");
-  }
-  if (z.get_int("zero_hpz_partition_size", 1, 0) > 1) {
-    diag.problem(z.path_of("zero_hpz_partition_size"),
-                 "ZeRO++ hierarchical partitioning (hpZ) is not supported by zerocpp (0 or 1: off)");
+  auto stage3_only = [&](const char* key, bool on) {
+    if (on && zc.stage != 3) {
+      diag.warnings.push_back(z.path_of(key) + " has no effect at stage " + std::to_string(zc.stage) +
+                              " (only stage 3 gathers parameters)");
+    }
+  };
+  stage3_only("zero_quantized_weights", zc.zero_quantized_weights);
+  stage3_only("zero_hpz_partition_size", zc.zero_hpz_partition_size > 1);
+  if (zc.zero_quantized_gradients && (zc.stage == 0 || !zc.reduce_scatter)) {
+    diag.warnings.push_back(z.path_of("zero_quantized_gradients") +
+                            " has no effect without a reduce-scatter (stage 0, or reduce_scatter false: all-reduce)");
   }
   if (z.get_int("mics_shard_size", -1) > 0) {
     diag.problem(z.path_of("mics_shard_size"), "MiCS is not supported by zerocpp (-1 or 0: off)");

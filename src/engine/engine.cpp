@@ -1,6 +1,7 @@
 #include "zero/engine.h"
 
 #include <ATen/ATen.h>
+#include <fmt/core.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
@@ -37,6 +38,7 @@ engine::ReducerOptions reducer_options(const Config& config) {
   o.prescale = config.prescale_gradients;
   o.predivide_factor = config.gradient_predivide_factor;
   o.reduce_scatter = config.zero.reduce_scatter;
+  o.quantize_bits = config.zero.zero_quantized_gradients ? 4 : 0;  // DeepSpeed's qgZ: int4 both hops
   switch (config.communication_data_type) {
     case CommDType::kFp32:
       o.wire_dtype = at::kFloat;
@@ -51,6 +53,31 @@ engine::ReducerOptions reducer_options(const Config& config) {
       break;
   }
   return o;
+}
+
+// ZeRO++ at stage 3: qwZ's int8 gathers, and hpZ's groups of consecutive ranks (each within one
+// host, so that the gathers from them never leave it).
+engine::Stage3Zeropp stage3_zeropp(const Config& config, Communicator& comm, const World& world) {
+  engine::Stage3Zeropp z;
+  z.weight_bits = config.zero.zero_quantized_weights ? 8 : 0;
+  const int hpz = config.zero.zero_hpz_partition_size, rank = world.rank();
+  if (hpz <= 1) return z;
+  if (world.size() % hpz != 0) {
+    throw Error("zero_hpz_partition_size " + std::to_string(hpz) + " does not divide the world size " +
+                    std::to_string(world.size()),
+                "zero_optimization.zero_hpz_partition_size", rank);
+  }
+  const int first = rank / hpz * hpz;
+  for (int r = first; r < first + hpz; ++r) {
+    if (world.node_of(r) != world.node_of(first)) {
+      throw Error(fmt::format("zero_hpz_partition_size {} groups ranks {}-{}, but they are on hosts {} and {}: "
+                              "hpZ's secondary partition must stay within one host (this host has {} ranks)",
+                              hpz, first, first + hpz - 1, world.host(first), world.host(r), world.local_size()),
+                  "zero_optimization.zero_hpz_partition_size", rank);
+    }
+  }
+  z.secondary_group = comm.split(rank / hpz, rank);
+  return z;
 }
 
 // A swap under `dir` with the aio block's settings (NVMe offload).
@@ -244,7 +271,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
         engine::Stage3Limits{.prefetch_bucket = config.zero.stage3_prefetch_bucket_size,
                              .max_live = config.zero.stage3_max_live_parameters,
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance},
-        param_swap_options(config, world.rank()));
+        param_swap_options(config, world.rank()), stage3_zeropp(config, s.comm, world));
     s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
   s.telemetry = std::make_unique<engine::Telemetry>(s.config, world, *s.stats);  // the engine's own copy: it outlives the caller's
@@ -375,7 +402,10 @@ void Engine::step() {
 
 void Engine::apply_step() {
   State& s = *state_;
-  if (s.stage3) s.stage3->verify_order(s.param_names);  // before anything is applied
+  if (s.stage3) {
+    s.stage3->verify_order(s.param_names);  // before anything is applied
+    s.stage3->forget_secondaries();         // hpZ: they hold the weights being replaced
+  }
   at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
   const double average = s.reducer->averaging_factor();
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
@@ -480,6 +510,7 @@ MemoryReport Engine::memory_report() const {
   r.buckets = s.reducer->bucket_bytes();
   r.padding_elements = s.flat->layout().padding();
   r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;
+  r.secondary_partition = s.stage3 ? s.stage3->secondary_bytes() : 0;
   r.gather_buffers = s.flat->spare_bytes();
   return r;
 }

@@ -37,6 +37,9 @@ struct ReducerOptions {
   std::optional<at::ScalarType> wire_dtype;
   // false: all-reduce each bucket and keep this rank's shard (zero_optimization.reduce_scatter).
   bool reduce_scatter = true;
+  // ZeRO++ qgZ (zero_quantized_gradients): reduce-scatters move gradients in this many bits (4);
+  // 0: as they are. All-reduces never quantize.
+  int quantize_bits = 0;
 };
 
 // Where StreamedGradients accumulates the owned gradients: an fp32 tensor of owned_numel
@@ -67,6 +70,7 @@ class GradientStrategy {
   // Prescales `grads` in place and returns what goes on the wire (a converted copy or `grads`).
   at::Tensor to_wire(const at::Tensor& grads) const;
   CollectiveOptions collective() const { return {.async = options_.overlap}; }
+  CollectiveOptions scatter() const { return {.async = options_.overlap, .quantize_bits = options_.quantize_bits}; }
   FlatParams& flat_;
   Communicator& comm_;
   ReducerOptions options_;

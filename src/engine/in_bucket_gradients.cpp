@@ -52,7 +52,7 @@ PendingReduction InBucketGradients::launch(int b) {
   std::function<void()> finish;
   if (converted) finish = [this, b, grads, shard] { flat_.shard(grads, b, rank_).copy_(shard); };
   // Either way this rank's shard of `wire` ends up reduced; reduce_scatter: false moves 2x the bytes.
-  return {options_.reduce_scatter ? comm_.reduce_scatter(wire, shard, ReduceOp::kSum, collective())
+  return {options_.reduce_scatter ? comm_.reduce_scatter(wire, shard, ReduceOp::kSum, scatter())
                                   : comm_.all_reduce(wire, ReduceOp::kSum, collective()),
           std::move(finish)};
 }

@@ -44,7 +44,7 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
 }
 
 Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits,
-               std::optional<SwapOptions> shard_swap)
+               std::optional<SwapOptions> shard_swap, Stage3Zeropp zeropp)
     : flat_(flat),
       comm_(comm),
       rank_(rank),
@@ -54,7 +54,9 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       read_ticket_(flat_.layout().buckets().size(), 0),
       element_size_(static_cast<int64_t>(c10::elementSize(flat_.dtype()))),
       limits_(limits),
-      inflight_(flat_.layout().buckets().size()) {
+      zeropp_(std::move(zeropp)),
+      inflight_(flat_.layout().buckets().size()),
+      secondary_(flat_.layout().buckets().size()) {
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const int group = map_.group_of[static_cast<size_t>(buckets[b].params.front())];
@@ -117,7 +119,9 @@ void Stage3::wait_inflight(int b) {
   if (uint64_t& ticket = read_ticket_[static_cast<size_t>(b)]; ticket != 0) {  // a prefetched read: now its gather
     shard_swap_->wait(ticket);
     ticket = 0;
-    comm_.all_gather(gather_input_[static_cast<size_t>(b)], flat_.buffer(b), {.async = false});
+    // (Prefetches are for units about to compute.)
+    comm_.all_gather(gather_input_[static_cast<size_t>(b)], flat_.buffer(b),
+                     {.async = false, .quantize_bits = zeropp_.weight_bits});
   }
   if (auto& work = inflight_[static_cast<size_t>(b)]) {
     work->wait();
@@ -139,7 +143,7 @@ void Stage3::release(int b) {
   gathered_ -= elements(b);
 }
 
-std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
+std::shared_ptr<Work> Stage3::start_gather(int b, bool async, bool compute) {
   states_.set(b, async ? ShardState::kGathering : ShardState::kWhole);
   gather_order_.record(b);
   gathered_ += elements(b);
@@ -151,6 +155,10 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
     return nullptr;
   }
   flat_.materialize(b);
+  if (compute && secondary_[static_cast<size_t>(b)].defined()) {
+    // hpZ: the values this unit last computed with, from this rank's group (within the node).
+    return zeropp_.secondary_group->all_gather(secondary_[static_cast<size_t>(b)], flat_.buffer(b), {.async = async});
+  }
   if (shard_swap_ && async) {
     // A prefetch from NVMe: only the read starts now (wait_inflight does the all-gather), so
     // that the disk works while the units before this one compute.
@@ -163,7 +171,8 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async) {
   if (shard_swap_) gather_input_[static_cast<size_t>(b)] = input;
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
-  return comm_.all_gather(input, flat_.buffer(b), {.async = async});
+  return comm_.all_gather(input, flat_.buffer(b),
+                          {.async = async, .quantize_bits = compute ? zeropp_.weight_bits : 0});
 }
 
 void Stage3::gather(int b) {
@@ -173,14 +182,41 @@ void Stage3::gather(int b) {
   gather_input_[static_cast<size_t>(b)] = at::Tensor();
 }
 
+void Stage3::gather_for_compute(int b) {
+  wait_inflight(b);
+  if (states_.at(b) != ShardState::kSharded) return;
+  start_gather(b, /*async=*/false, /*compute=*/true);
+  gather_input_[static_cast<size_t>(b)] = at::Tensor();
+}
+
 void Stage3::prefetch(int b) {
   if (states_.at(b) != ShardState::kSharded || elements(b) > limits_.prefetch_bucket || !fits(b)) return;
-  inflight_[static_cast<size_t>(b)] = start_gather(b, /*async=*/true);
+  inflight_[static_cast<size_t>(b)] = start_gather(b, /*async=*/true, /*compute=*/true);
+}
+
+void Stage3::keep_secondary(int b) {
+  at::Tensor& kept = secondary_[static_cast<size_t>(b)];
+  if (!zeropp_.secondary_group || kept.defined() || states_.at(b) == ShardState::kSharded) return;
+  wait_inflight(b);
+  const int group = zeropp_.secondary_group->size();
+  const int64_t part = elements(b) / group;  // the padded bucket splits evenly: group divides the world
+  kept = flat_.buffer(b).narrow(0, part * zeropp_.secondary_group->rank(), part).clone();
+}
+
+void Stage3::forget_secondaries() {
+  for (auto& kept : secondary_) kept = at::Tensor();
+}
+
+int64_t Stage3::secondary_bytes() const {
+  int64_t total = 0;
+  for (const auto& kept : secondary_) total += kept.defined() ? static_cast<int64_t>(kept.nbytes()) : 0;
+  return total;
 }
 
 void Stage3::begin_forward() {
   in_forward_ = true;
   cursor_ = 0;
+  forget_secondaries();  // the parameters may have changed since
   // Units kept for a backward that never came (a forward without one) go now.
   for (size_t b = 0; b < states_.size(); ++b) {
     if (states_.at(static_cast<int>(b)) == ShardState::kKept) release(static_cast<int>(b));
@@ -218,6 +254,7 @@ void Stage3::gather_all() {
 }
 
 void Stage3::release_all() {
+  forget_secondaries();  // backward is over, or the parameters were gathered to be read or changed
   for (size_t b = 0; b < root_.size(); ++b) {
     if (!root_[b]) release(static_cast<int>(b));
   }
@@ -236,7 +273,7 @@ void Stage3::before_forward(UnitBase& unit) {
     }
   }
   ++cursor_;
-  gather(bucket_of_unit_[static_cast<size_t>(u)]);
+  gather_for_compute(bucket_of_unit_[static_cast<size_t>(u)]);
   if (mode_ == StepMode::kFollowing && follow && cursor_ < order_.size())
     prefetch(bucket_of_unit_[static_cast<size_t>(order_[cursor_])]);
 }
@@ -247,7 +284,7 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
     // Fires when the gradient of the unit's output is complete: just before the unit's backward.
     const int u = unit.unit_index();
     static_cast<const at::TensorBase&>(output).register_hook([this, b, u](const at::TensorBase&) {
-      gather(b);
+      gather_for_compute(b);
       // Backward runs the units in reverse: the one before this in forward order comes next.
       if (mode_ == StepMode::kFollowing && position_of_[static_cast<size_t>(u)] > 0)
         prefetch(bucket_of_unit_[static_cast<size_t>(
@@ -259,6 +296,7 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
   if (keep_after_forward() || recomputed) {
     states_.set(b, ShardState::kKept);
   } else {
+    if (in_forward_) keep_secondary(b);  // outside a forward nothing would forget it
     release(b);
   }
   return output;

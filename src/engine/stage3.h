@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,12 +35,20 @@ struct Stage3Limits {
   int64_t max_reuse_distance = 1'000'000'000;  // keep a unit whole if used again within this many
 };
 
+// ZeRO++ at stage 3 (docs/zeropp.md).
+struct Stage3Zeropp {
+  int weight_bits = 0;  // qwZ: 8 quantizes the gathers units compute with (never a checkpoint's); 0: off
+  // hpZ: the ranks (consecutive, within one node) a computed unit's secondary partition is spread
+  // over; its later gathers until the next forward come from there. Null: off.
+  std::unique_ptr<Communicator> secondary_group;
+};
+
 class Stage3 : public detail::UnitHooks {
  public:
   // Keeps this rank's shard of every unit's bucket and frees the buckets (the root stays).
   // `shard_swap` (offload_param.device "nvme"): the shards live in a swap file instead of memory.
   Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stage3Limits limits,
-         std::optional<SwapOptions> shard_swap = std::nullopt);
+         std::optional<SwapOptions> shard_swap = std::nullopt, Stage3Zeropp zeropp = {});
   ~Stage3() override;  // detaches the units (their parameters stay freed)
 
   void before_forward(UnitBase& unit) override;
@@ -56,8 +65,12 @@ class Stage3 : public detail::UnitHooks {
   void begin_forward();
   void end_forward();
 
-  void gather(int b);   // all-gathers bucket b unless it is already whole (idempotent)
+  // All-gathers bucket b, exactly (no ZeRO++), unless it is already whole (idempotent).
+  void gather(int b);
   void release(int b);  // frees a unit's bucket unless it is already sharded (idempotent; never the root)
+  // hpZ: drops every secondary partition (the parameters are about to change, or backward is over).
+  void forget_secondaries();
+  int64_t secondary_bytes() const;  // hpZ: bytes of secondary partitions held now
   // Collective, once per optimizer step: every rank must have gathered the same units in the same
   // order since the last check (same-sized units gathered in different orders would silently mix
   // their shards). An error naming the first difference otherwise. One 16-byte all-reduce.
@@ -112,14 +125,20 @@ class Stage3 : public detail::UnitHooks {
   StepMode mode_ = StepMode::kRecording;
   bool in_forward_ = false;  // inside Engine::forward (units run outside it are gathered on demand)
   size_t cursor_ = 0;        // units run so far in this forward
+  Stage3Zeropp zeropp_;  // before inflight_: its group's gathers in flight go first
   std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: the prefetch of a kGathering unit
+  std::vector<at::Tensor> secondary_;  // per bucket (hpZ): this rank's part of the unit as last computed with
+  // Gathers b for a unit about to compute: ZeRO++'s way when it is on.
+  void gather_for_compute(int b);
+  void keep_secondary(int b);  // hpZ: before a computed unit is freed
   void prefetch(int b);
   bool fits(int b) const;  // gathering b keeps the units whole within max_live
   int64_t elements(int b) const;
   void record_reuse_distances();
   void wait_inflight(int b);  // kGathering -> kWhole
   // Materialises bucket b, records it in the gather order, and all-gathers into it.
-  std::shared_ptr<Work> start_gather(int b, bool async);
+  // `compute`: for a unit about to run (ZeRO++ applies), else exact.
+  std::shared_ptr<Work> start_gather(int b, bool async, bool compute = false);
   GatherOrder gather_order_;
   // The keep-or-free decision after a unit's forward: kept when the recorded order says it runs
   // again within max_reuse_distance elements and the units whole stay within max_live.

@@ -90,9 +90,9 @@ PendingReduction StreamedGradients::launch(int b) {
     }
     release_bucket(b);
   };
-  if (direct) return {comm_.reduce_scatter(wire, accumulated, ReduceOp::kSum, collective()), std::move(finish)};
+  if (direct) return {comm_.reduce_scatter(wire, accumulated, ReduceOp::kSum, scatter()), std::move(finish)};
   // Either way this rank's shard of `wire` ends up reduced; reduce_scatter: false moves 2x the bytes.
-  return {options_.reduce_scatter ? comm_.reduce_scatter(wire, shard, ReduceOp::kSum, collective())
+  return {options_.reduce_scatter ? comm_.reduce_scatter(wire, shard, ReduceOp::kSum, scatter())
                                   : comm_.all_reduce(wire, ReduceOp::kSum, collective()),
           std::move(finish)};
 }

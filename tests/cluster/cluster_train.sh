@@ -4,7 +4,7 @@
 # zero-run --hostfile from the first host. For ZeRO stages 1-3:
 #   - 2 hosts x 2 ranks and 3 hosts x 1 rank give the losses of 4 and 3 ranks on one host;
 #   - the bytes zero-train says each rank sent across nodes per step equal the formula for the
-#     stage, exactly, and, summed over a host's ranks, the bytes the kernel counted on that host's
+#     stage (and for ZeRO++'s qwZ, hpZ, qgZ and all three at stage 3), exactly, and, summed over a host's ranks, the bytes the kernel counted on that host's
 #     link per step within 5 % (TCP/IP headers aside: 66 bytes a packet).
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
 source "$(dirname "$0")/common.sh"
@@ -12,14 +12,14 @@ source "$(dirname "$0")/common.sh"
 # A GPT of 842,496 parameters: 4 blocks of 198,272 and a root unit (wte, wpe, ln_f) of 49,408.
 model=(--layers 4 --heads 4 --channels 128 --max-seq 128 --vocab 256)
 readonly blocks=$((4 * 198272)) root=49408
-config() {  # config STAGE: stage 3 re-gathers every block in backward (no reuse), as the ZeRO paper counts
-  cat >"$tmp/stage$1.json" <<JSON
+config() {  # config STAGE [NAME ZERO++KEYS]: stage 3 re-gathers every block in backward (no reuse), as the ZeRO paper counts
+  cat >"$tmp/stage$1$2.json" <<JSON
 {"train_batch_size": 12, "gradient_clipping": 1.0,
  "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 0,
-                       "stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 0},
+                       "stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 0 ${3:+, $3}},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}}
 JSON
-  echo "$tmp/stage$1.json"
+  echo "$tmp/stage$1$2.json"
 }
 losses() { grep -E '^step' "$1" | awk '{print $4}'; }
 same_losses() {  # within 1e-5 relative, step by step (the sums run in another order across hosts)
@@ -35,13 +35,35 @@ run_one_host() {
   timeout 600 "$bin/zero-run" -n "$2" "$bin/zero-train" --config "$(config "$3")" "${model[@]}" --steps "$4" \
     --no-progress >"$1" 2>&1 || { echo "one-host run failed: $1"; cat "$1"; fail=1; }
 }
-# One run on the cluster: run_cluster OUT HOSTFILE STAGE STEPS
+# One run on the cluster: run_cluster OUT HOSTFILE STAGE STEPS [NAME ZERO++KEYS]
 run_cluster() {
   "$cluster" bytes >"$1.before"
-  timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$2" "$bin/zero-train" --config "$(config "$3")" \
+  timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$2" "$bin/zero-train" --config "$(config "$3" "$5" "$6")" \
     "${model[@]}" --steps "$4" --no-progress >"$1" 2>&1 || { echo "run failed: $1"; cat "$1"; fail=1; }
   "$cluster" bytes >"$1.after"
 }
+# check_kernel NAME SHORT LONG EXPECTED: per host, the kernel's bytes per step (the long run's 4
+# steps more, headers aside) within 5 % of what the host's two ranks said.
+check_kernel() {
+  for h in zc-node1 zc-node2; do
+    read -r b0 p0 <<<"$(host_sent "$2.before" $h)"
+    read -r b1 p1 <<<"$(host_sent "$2.after" $h)"
+    read -r b2 p2 <<<"$(host_sent "$3.before" $h)"
+    read -r b3 p3 <<<"$(host_sent "$3.after" $h)"
+    kernel=$(( ((b3 - b2) - (b1 - b0) - 66 * ((p3 - p2) - (p1 - p0))) / 4 ))
+    said=$(( 2 * $4 ))
+    check "awk 'BEGIN{r=$kernel/$said; exit !(r > 0.95 && r < 1.05)}'" \
+      "$1: $h's link carried $kernel bytes per step, its ranks said $said"
+  done
+}
+# check_sent NAME FILE EXPECTED: every one of the 4 ranks said it sent EXPECTED bytes per step.
+check_sent() {
+  read -r -a sent <<<"$(sent_per_rank "$2")"
+  check "[[ \${#sent[@]} == 4 && ${sent[0]:-0} == $3 && ${sent[1]:-0} == $3 && ${sent[2]:-0} == $3 && ${sent[3]:-0} == $3 ]]" \
+    "$1: each rank sends $3 bytes across nodes per step (said: ${sent[*]:-none})"
+}
+q8() { echo $(( $1 + 4 * (($1 + 255) / 256) )); }       # int8 message of N values (src/comm/quantize.h)
+q4() { echo $(( ($1 + 1) / 2 + 4 * (($1 + 255) / 256) )); }  # int4
 
 # Two hosts of two ranks ------------------------------------------------------------------------
 "$cluster" up 2 --rate 10gbit || exit 1
@@ -51,7 +73,6 @@ for stage in 1 2 3; do
   run_cluster "$tmp/short_$stage" "$tmp/hosts2x2" $stage 4
   run_cluster "$tmp/long_$stage" "$tmp/hosts2x2" $stage 8
   check "same_losses $tmp/one_host_$stage $tmp/long_$stage" "stage $stage: 2 hosts x 2 ranks follow 4 ranks on one host"
-  read -r -a sent <<<"$(sent_per_rank "$tmp/long_$stage")"
   # Each rank's share of a collective that crosses: (H-1)/N of the fp32 message; the engine's
   # gradient norm and the trainer's loss ride in two 8-byte all-reduces (16 bytes each), and
   # stage 3's step flags in a third.
@@ -60,20 +81,36 @@ for stage in 1 2 3; do
   else
     expected=$(( 2 * (blocks + root) * 4 / 4 + 32 ))
   fi
-  check "[[ \${#sent[@]} == 4 && ${sent[0]:-0} == $expected && ${sent[1]:-0} == $expected && ${sent[2]:-0} == $expected && ${sent[3]:-0} == $expected ]]" \
-    "stage $stage: each rank sends $expected bytes across nodes per step (said: ${sent[*]:-none})"
-  for h in zc-node1 zc-node2; do
-    read -r b0 p0 <<<"$(host_sent "$tmp/short_$stage.before" $h)"
-    read -r b1 p1 <<<"$(host_sent "$tmp/short_$stage.after" $h)"
-    read -r b2 p2 <<<"$(host_sent "$tmp/long_$stage.before" $h)"
-    read -r b3 p3 <<<"$(host_sent "$tmp/long_$stage.after" $h)"
-    # The 4 steps more of the long run, per step, headers aside.
-    kernel=$(( ((b3 - b2) - (b1 - b0) - 66 * ((p3 - p2) - (p1 - p0))) / 4 ))
-    said=$(( 2 * expected ))
-    check "awk 'BEGIN{r=$kernel/$said; exit !(r > 0.95 && r < 1.05)}'" \
-      "stage $stage: $h's link carried $kernel bytes per step, its ranks said $said"
-  done
+  check_sent "stage $stage" "$tmp/long_$stage" $expected
+  check_kernel "stage $stage" "$tmp/short_$stage" "$tmp/long_$stage" $expected
 done
+
+# ZeRO++ at stage 3 on 2 hosts x 2 ranks. Per rank and step, with c = a block's elements per rank
+# and r = the root's: each of the 4 blocks crosses in its forward gather, its backward gather and
+# its reduce-scatter (4c bytes each in fp32); the root in its reduce-scatter and its gather after
+# the step. qwZ sends int8 messages in both gathers, hpZ keeps the backward gather within the
+# host, qgZ sends int4 partial sums.
+c=$((blocks / 4 / 4)) r=$((root / 4))
+declare -A zeropp=(
+  [qwz]='"zero_quantized_weights": true'
+  [hpz]='"zero_hpz_partition_size": 2'
+  [qgz]='"zero_quantized_gradients": true'
+  [all]='"zero_quantized_weights": true, "zero_hpz_partition_size": 2, "zero_quantized_gradients": true')
+declare -A zeropp_bytes=(
+  [qwz]=$(( 4 * (2 * $(q8 $c) + 4 * c) + 8 * r + 48 ))
+  [hpz]=$(( 4 * (4 * c + 4 * c) + 8 * r + 48 ))
+  [qgz]=$(( 4 * (8 * c + $(q4 $c)) + 4 * r + $(q4 $r) + 48 ))
+  [all]=$(( 4 * ($(q8 $c) + $(q4 $c)) + 4 * r + $(q4 $r) + 48 )))
+for name in qwz hpz qgz all; do
+  run_cluster "$tmp/short_$name" "$tmp/hosts2x2" 3 4 "$name" "${zeropp[$name]}"
+  run_cluster "$tmp/long_$name" "$tmp/hosts2x2" 3 8 "$name" "${zeropp[$name]}"
+  check_sent "ZeRO++ $name" "$tmp/long_$name" ${zeropp_bytes[$name]}
+  check_kernel "ZeRO++ $name" "$tmp/short_$name" "$tmp/long_$name" ${zeropp_bytes[$name]}
+done
+# hpZ alone changes no value; quantization keeps the losses within 1 % over 8 steps.
+check "same_losses $tmp/one_host_3 $tmp/long_hpz" "ZeRO++ hpz: the losses of stage 3 without it"
+check "paste <(losses $tmp/one_host_3) <(losses $tmp/long_all) | awk '{d=\$1-\$2; if (d<0) d=-d; if (d > 0.01*\$1) exit 1}'" \
+  "ZeRO++ all: losses within 1 % of stage 3 without it"
 "$cluster" down
 
 # Three hosts of one rank -----------------------------------------------------------------------

@@ -142,10 +142,10 @@ const InvalidCase kCases[] = {
     {"int8_accumulation", R"({"data_types": {"grad_accum_dtype": "int8"}})", "data_types.grad_accum_dtype",
      "int8 gradient accumulation"},
     {"seq_comm_dtype", R"({"seq_parallel_comm_data_type": "fp8"})", "seq_parallel_comm_data_type", "expected one of"},
-    {"quantized_weights", R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-     "zero_optimization.zero_quantized_weights", "not supported by zerocpp"},
-    {"hpz", R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})",
-     "zero_optimization.zero_hpz_partition_size", "not supported by zerocpp"},
+    {"quantized_nontrainable_weights", R"({"zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
+     "zero_optimization.zero_quantized_nontrainable_weights", "frozen parameters stay whole"},
+    {"hpz_negative", R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": -2}})",
+     "zero_optimization.zero_hpz_partition_size", "expected an integer >= 0"},
     {"gds", R"({"aio": {"use_gds": true}})", "aio.use_gds", "not supported by zerocpp"},
 };
 
