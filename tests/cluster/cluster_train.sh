@@ -13,13 +13,14 @@ source "$(dirname "$0")/common.sh"
 model=(--layers 4 --heads 4 --channels 128 --max-seq 128 --vocab 256)
 readonly blocks=$((4 * 198272)) root=49408
 config() {  # config STAGE [NAME ZERO++KEYS]: stage 3 re-gathers every block in backward (no reuse), as the ZeRO paper counts
-  cat >"$tmp/stage$1$2.json" <<JSON
+  local name=${2:-} keys=${3:-}
+  cat >"$tmp/stage$1$name.json" <<JSON
 {"train_batch_size": 12, "gradient_clipping": 1.0,
  "zero_optimization": {"stage": $1, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 0,
-                       "stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 0 ${3:+, $3}},
+                       "stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 0 ${keys:+, $keys}},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}}
 JSON
-  echo "$tmp/stage$1$2.json"
+  echo "$tmp/stage$1$name.json"
 }
 losses() { grep -E '^step' "$1" | awk '{print $4}'; }
 same_losses() {  # within 1e-5 relative, step by step (the sums run in another order across hosts)
@@ -38,7 +39,7 @@ run_one_host() {
 # One run on the cluster: run_cluster OUT HOSTFILE STAGE STEPS [NAME ZERO++KEYS]
 run_cluster() {
   "$cluster" bytes >"$1.before"
-  timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$2" "$bin/zero-train" --config "$(config "$3" "$5" "$6")" \
+  timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$2" "$bin/zero-train" --config "$(config "$3" "${5:-}" "${6:-}")" \
     "${model[@]}" --steps "$4" --no-progress >"$1" 2>&1 || { echo "run failed: $1"; cat "$1"; fail=1; }
   "$cluster" bytes >"$1.after"
 }
