@@ -28,14 +28,19 @@ trap '"$cluster" down >/dev/null; rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 model=(--layers "$layers" --channels "$channels" --heads "$heads" --max-seq "$seq" --vocab 256 --steps "$steps"
        --no-progress)
+# config NAME STAGE [ZERO KEYS]
 config() {
-  cat >"$tmp/stage$1.json" <<JSON
+  cat >"$tmp/$1.json" <<JSON
 {"train_batch_size": 12, "gradient_clipping": 1.0,
- "zero_optimization": {"stage": $1, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
+ "zero_optimization": {"stage": $2, "overlap_comm": true, "stage3_param_persistence_threshold": 0 ${3:+, $3}},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}}
 JSON
-  echo "$tmp/stage$1.json"
+  echo "$tmp/$1.json"
 }
+zeropp='"zero_quantized_weights": true, "zero_hpz_partition_size": 2, "zero_quantized_gradients": true'
+no_reuse='"stage3_max_reuse_distance": 0'
+# The rows: name, stage, extra keys.
+runs=("0|0|" "1|1|" "2|2|" "3|3|" "3 + ZeRO++|3|$zeropp" "3, reuse 0|3|$no_reuse" "3 + ZeRO++, reuse 0|3|$zeropp, $no_reuse")
 mean_step() {  # the mean of the step times after the first (ms → s)
   grep -E '^step' "$1" | tail -n +2 | awk '{gsub("ms","",$(NF-1)); s += $(NF-1); n++} END {printf "%.3f", s / n / 1000}'
 }
@@ -45,7 +50,7 @@ host_bytes() { "$cluster" bytes | awk '$1 == "zc-node1" {print $2}'; }
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(getconf _NPROCESSORS_ONLN) cores;" \
   "flags: $(grep -m1 flags /proc/cpuinfo | grep -oE 'avx2|avx512f|avx512_bf16' | sort -u | xargs)"
 echo "GPT: $layers layers, $channels channels, $heads heads, 12 x $seq tokens per step; 4 ranks, fp32"
-timeout 900 "$bin/zero-run" -n 4 "$bin/zero-train" --config "$(config 0)" "${model[@]}" >"$tmp/local0" 2>&1
+timeout 900 "$bin/zero-run" -n 4 "$bin/zero-train" --config "$(config local0 0)" "${model[@]}" >"$tmp/local0" 2>&1
 base=$(mean_step "$tmp/local0")
 echo
 echo "| links | stage | mean step (s) | vs stage 0 on one host | sent across nodes per rank per step | zc-node1's link per step |"
@@ -54,14 +59,15 @@ echo "| one host (shared memory) | 0 | $base | 1.00 | 0 | - |"
 for rate in $rates; do
   "$cluster" up 2 --rate "$rate" >/dev/null
   "$cluster" hostfile 2 >"$tmp/hosts"
-  for stage in 0 1 2 3; do
+  for run in "${runs[@]}"; do
+    IFS='|' read -r name stage keys <<<"$run"
     before=$(host_bytes)
     timeout 900 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$tmp/hosts" "$bin/zero-train" \
-      --config "$(config $stage)" "${model[@]}" >"$tmp/run" 2>&1 || { cat "$tmp/run"; exit 1; }
+      --config "$(config run "$stage" "$keys")" "${model[@]}" >"$tmp/run" 2>&1 || { cat "$tmp/run"; exit 1; }
     link=$(( ($(host_bytes) - before) / steps ))
     step=$(mean_step "$tmp/run")
     ratio=$(awk -v a="$step" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
-    echo "| 2 hosts x 2, $rate | $stage | $step | $ratio | $(sent "$tmp/run") | $link (all steps and setup) |"
+    echo "| 2 hosts x 2, $rate | $name | $step | $ratio | $(sent "$tmp/run") | $link (all steps and setup) |"
   done
   "$cluster" down >/dev/null
 done

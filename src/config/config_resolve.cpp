@@ -160,6 +160,12 @@ void Config::resolve(const AutoContext& ctx) {
       std::find(autos_.begin(), autos_.end(), "train_micro_batch_size_per_gpu") != autos_.end();
   resolve_triad(*this, tbs, micro, gas, ctx.world_size, micro_auto, diag);
   world_size = ctx.world_size;
+  // DeepSpeed asserts the same when it builds hpZ's groups.
+  if (zero.stage == 3 && zero.zero_hpz_partition_size > 1 && world_size % zero.zero_hpz_partition_size != 0) {
+    diag.problem("zero_optimization.zero_hpz_partition_size",
+                 std::to_string(zero.zero_hpz_partition_size) + " does not divide the world size " +
+                     std::to_string(world_size));
+  }
   config_detail::check_cross_key_rules(*this, diag);
   values_ = std::move(diag.values);
   warnings_ = parse_warnings_;  // resolve() may run again: its own warnings replace the last ones
