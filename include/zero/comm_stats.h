@@ -81,8 +81,10 @@ class CountingCommunicator : public Communicator {
 
  private:
   // Counts the message, then times `launch` from the call until completion is observed.
+  // `quantize_bits` (ZeRO++): the message counted is the quantized one, `chunks` of its chunks.
   std::shared_ptr<Work> timed(CollectiveOp op, bool blocking, const at::Tensor* message, double bus_factor,
-                              const std::function<std::shared_ptr<Work>()>& launch);
+                              const std::function<std::shared_ptr<Work>()>& launch, int quantize_bits = 0,
+                              int chunks = 1);
 
   std::unique_ptr<Communicator> owned_;
   Communicator* inner_;

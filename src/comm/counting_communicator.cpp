@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "comm/quantize.h"
 #include "zero/comm_stats.h"
 
 namespace zero {
@@ -51,9 +52,11 @@ CountingCommunicator::CountingCommunicator(Communicator& inner, std::shared_ptr<
 
 std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, bool blocking, const at::Tensor* message,
                                                   double bus_factor,
-                                                  const std::function<std::shared_ptr<Work>()>& launch) {
+                                                  const std::function<std::shared_ptr<Work>()>& launch,
+                                                  int quantize_bits, int chunks) {
   const int64_t elements = message ? message->numel() : 0;
-  const int64_t bytes = message ? static_cast<int64_t>(message->nbytes()) : 0;
+  int64_t bytes = message ? static_cast<int64_t>(message->nbytes()) : 0;
+  if (quantize_bits == 4 || quantize_bits == 8) bytes = chunks * comm_detail::quantized_bytes(elements / chunks, quantize_bits);
   const double bus_bytes = bus_factor * static_cast<double>(bytes);
   stats_->add(op, elements, bytes, bus_bytes);
   // Note: the clock starts before the backend call, so the time covers the launch (and the
@@ -74,15 +77,17 @@ std::shared_ptr<Work> CountingCommunicator::all_reduce(const at::Tensor& tensor,
 std::shared_ptr<Work> CountingCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
                                                            ReduceOp op, const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kReduceScatter, !options.async, &input, (n - 1) / n,
-               [&] { return inner_->reduce_scatter(input, output, op, options); });
+  return timed(
+      CollectiveOp::kReduceScatter, !options.async, &input, (n - 1) / n,
+      [&] { return inner_->reduce_scatter(input, output, op, options); }, options.quantize_bits, size());
 }
 
 std::shared_ptr<Work> CountingCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
                                                        const CollectiveOptions& options) {
   const double n = size();
-  return timed(CollectiveOp::kAllGather, !options.async, &output, (n - 1) / n,
-               [&] { return inner_->all_gather(input, output, options); });
+  return timed(
+      CollectiveOp::kAllGather, !options.async, &output, (n - 1) / n,
+      [&] { return inner_->all_gather(input, output, options); }, options.quantize_bits, size());
 }
 
 std::shared_ptr<Work> CountingCommunicator::broadcast(const at::Tensor& tensor, int root,

@@ -231,7 +231,7 @@ void add_all_gather(std::vector<ExchangeStage>& stages, std::shared_ptr<const Ex
 
 std::shared_ptr<Work> HierarchicalCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
                                                                ReduceOp op, const CollectiveOptions& options) {
-  check_quantization(CollectiveOp::kReduceScatter, options, op, rank());
+  check_quantization(CollectiveOp::kReduceScatter, options, input, op, rank());
   flat_->validate(
       CollectiveOp::kReduceScatter,
       [&] { check_pair(CollectiveOp::kReduceScatter, input, output, size(), 1, true, rank()); }, &input,
@@ -369,6 +369,12 @@ std::shared_ptr<Work> HierarchicalCommunicator::barrier(const CollectiveOptions&
   return work;
 }
 
-std::unique_ptr<Communicator> HierarchicalCommunicator::split(int color, int key) { return flat_->split(color, key); }
+std::unique_ptr<Communicator> HierarchicalCommunicator::split(int color, int key) {
+  auto child = flat_->split(color, key);
+  // A rank waiting in the child (an hpZ group's gather) keeps this world's exchanges moving.
+  if (auto* mpi = dynamic_cast<MpiCommunicator*>(child.get()))
+    mpi->set_progress_while_waiting([progress = progress_] { progress->poll(); });
+  return child;
+}
 
 }  // namespace zero::comm_detail

@@ -145,15 +145,43 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
   }
 }
 
+namespace {
+
+// A collective whose waiter keeps `progress` going: see set_progress_while_waiting.
+class PollingWork : public Work {
+ public:
+  PollingWork(std::shared_ptr<Work> inner, std::function<void()> progress, const char* what)
+      : inner_(std::move(inner)), progress_(std::move(progress)), what_(what) {}
+  void wait() override {
+    comm_detail::BlockedScope blocked(what_);
+    while (!inner_->test()) progress_();
+  }
+  bool test() override { return inner_->test(); }
+  std::string error() const override { return inner_->error(); }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  std::function<void()> progress_;
+  const char* what_;
+};
+
+}  // namespace
+
 std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const CollectiveOptions& options,
                                               std::vector<MpiPiece> pieces, std::vector<at::Tensor> keep_alive) {
-  if (!options.async) {
+  if (!options.async && !progress_) {
     queue_->start_all();  // a blocking collective comes after every one already called
     comm_detail::BlockedScope blocked(what);
     check(run_pieces(pieces), what);
     return std::make_shared<CompletedWork>();
   }
-  return std::make_shared<QueuedWork>(queue_, queue_->submit(what, std::move(pieces), std::move(keep_alive)), rank_);
+  auto work = std::make_shared<QueuedWork>(queue_, queue_->submit(what, std::move(pieces), std::move(keep_alive)), rank_);
+  if (!progress_) return work;
+  // Note: MPI's blocking collectives would not return to poll the other exchanges, whose peers
+  // may be waiting for this rank (a hierarchical world's exchanges while an hpZ group gathers).
+  auto polling = std::make_shared<PollingWork>(std::move(work), progress_, what);
+  if (!options.async) polling->wait();
+  return polling;
 }
 
 std::shared_ptr<Work> MpiCommunicator::launch(const char* what, const CollectiveOptions& options,

@@ -29,9 +29,10 @@ class MpiCommunicator : public Communicator {
   // so no rank is left waiting in a collective the others abandoned.
   void validate(CollectiveOp op, const std::function<void()>& local_checks, const at::Tensor* tensor, int64_t count,
                 int64_t extra);
-  // Called again and again while the consistency check waits for the other ranks: work of
-  // another kind in flight on this rank (a hierarchical collective's next stage) that the others
-  // may need before they can arrive. Empty: the check blocks in MPI.
+  // Called again and again while the consistency check or a collective waits for the other
+  // ranks: work of another kind in flight on this rank (a hierarchical collective's next stage)
+  // that the others may need before they can arrive. Set, blocking collectives run as
+  // non-blocking ones waited for with it. Empty: they block in MPI.
   void set_progress_while_waiting(std::function<void()> progress) { progress_ = std::move(progress); }
 
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveOptions& options) override;

@@ -29,10 +29,15 @@ bool ThenWork::test() {
   return true;
 }
 
-void check_quantization(CollectiveOp collective, const CollectiveOptions& options, ReduceOp op, int rank) {
+void check_quantization(CollectiveOp collective, const CollectiveOptions& options, const at::Tensor& input, ReduceOp op,
+                        int rank) {
   const int bits = options.quantize_bits;
   if (bits != 0 && bits != 4 && bits != 8) {
     throw Error(std::string(to_string(collective)) + ": quantize_bits " + std::to_string(bits) + " (0, 4 or 8)",
+                to_string(collective), rank);
+  }
+  if (bits != 0 && !at::isFloatingType(input.scalar_type())) {
+    throw Error(std::string(to_string(collective)) + ": quantized " + describe(input) + " (floating-point values only)",
                 to_string(collective), rank);
   }
   if (bits != 0 && collective == CollectiveOp::kReduceScatter && op != ReduceOp::kSum && op != ReduceOp::kAvg) {
@@ -43,7 +48,7 @@ void check_quantization(CollectiveOp collective, const CollectiveOptions& option
 
 std::shared_ptr<Work> quantized_all_gather(Communicator& comm, const at::Tensor& input, const at::Tensor& output,
                                            const CollectiveOptions& options) {
-  check_quantization(CollectiveOp::kAllGather, options, ReduceOp::kSum, comm.rank());
+  check_quantization(CollectiveOp::kAllGather, options, input, ReduceOp::kSum, comm.rank());
   const int bits = options.quantize_bits, n = comm.size();
   if (output.numel() != input.numel() * n) {
     throw Error("all_gather: output " + describe(output) + " is not " + std::to_string(n) + " x input " + describe(input),
@@ -63,7 +68,7 @@ std::shared_ptr<Work> quantized_all_gather(Communicator& comm, const at::Tensor&
 
 std::shared_ptr<Work> quantized_reduce_scatter(Communicator& comm, const at::Tensor& input, const at::Tensor& output,
                                                ReduceOp op, const CollectiveOptions& options) {
-  check_quantization(CollectiveOp::kReduceScatter, options, op, comm.rank());
+  check_quantization(CollectiveOp::kReduceScatter, options, input, op, comm.rank());
   const int bits = options.quantize_bits, n = comm.size(), me = comm.rank();
   const int64_t c = output.numel();
   if (input.numel() != c * n) {
@@ -80,7 +85,8 @@ std::shared_ptr<Work> quantized_reduce_scatter(Communicator& comm, const at::Ten
   const at::Tensor received = at::empty_like(send);
   auto work = comm.all_to_all(send, received, {.async = options.async});
   // This rank's own chunk is read when the sum is made: it may be the output's storage.
-  const at::Tensor own = rows.select(0, me).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  const at::ScalarType sum_type = at::promote_types(input.scalar_type(), at::kFloat);
+  const at::Tensor own = rows.select(0, me).to(sum_type, /*non_blocking=*/false, /*copy=*/true);
   auto sum = [received, own, output, op, bits, n, me, c] {
     at::Tensor total = at::zeros({c}, own.options());
     for (int r = 0; r < n; ++r) total.add_(r == me ? own : dequantize_blocks(received.select(0, r), c, bits));

@@ -28,15 +28,17 @@ class ThenWork : public Work {
   std::function<void()> then_;
 };
 
-// Throws unless `options.quantize_bits` is 0, 4 or 8, and `op` (reduce-scatter) is a sum or mean.
-void check_quantization(CollectiveOp collective, const CollectiveOptions& options, ReduceOp op, int rank);
+// Throws unless `options.quantize_bits` is 0, 4 or 8, `input` is floating-point, and `op`
+// (reduce-scatter) is a sum or mean.
+void check_quantization(CollectiveOp collective, const CollectiveOptions& options, const at::Tensor& input, ReduceOp op,
+                        int rank);
 
 // All-gather in which every rank's input travels quantized; every rank's chunk of `output`,
 // its own included, holds the decoded values, so all ranks end with the same tensor.
 std::shared_ptr<Work> quantized_all_gather(Communicator& comm, const at::Tensor& input, const at::Tensor& output,
                                            const CollectiveOptions& options);
-// Reduce-scatter as one all-to-all of quantized chunks, summed in float32 in rank order (this
-// rank's own chunk exact), then rounded once to the output's dtype.
+// Reduce-scatter as one all-to-all of quantized chunks, summed in float32 (float64 for float64
+// input) in rank order (this rank's own chunk exact), then rounded once to the output's dtype.
 std::shared_ptr<Work> quantized_reduce_scatter(Communicator& comm, const at::Tensor& input, const at::Tensor& output,
                                                ReduceOp op, const CollectiveOptions& options);
 

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "comm/progress.h"
+#include "engine/agree.h"
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
@@ -68,14 +69,16 @@ engine::Stage3Zeropp stage3_zeropp(const Config& config, Communicator& comm, con
                 "zero_optimization.zero_hpz_partition_size", rank);
   }
   const int first = rank / hpz * hpz;
-  for (int r = first; r < first + hpz; ++r) {
+  std::string error;
+  for (int r = first; r < first + hpz && error.empty(); ++r) {
     if (world.node_of(r) != world.node_of(first)) {
-      throw Error(fmt::format("zero_hpz_partition_size {} groups ranks {}-{}, but they are on hosts {} and {}: "
-                              "hpZ's secondary partition must stay within one host (this host has {} ranks)",
-                              hpz, first, first + hpz - 1, world.host(first), world.host(r), world.local_size()),
-                  "zero_optimization.zero_hpz_partition_size", rank);
+      error = fmt::format("zero_hpz_partition_size {} groups ranks {}-{}, but they are on hosts {} and {}: "
+                          "hpZ's secondary partition must stay within one host (this host has {} ranks)",
+                          hpz, first, first + hpz - 1, world.host(first), world.host(r), world.local_size());
     }
   }
+  // Only some groups may cross hosts: every rank learns it before the split, which all must call.
+  engine::agree(comm, error, rank, "zero_optimization.zero_hpz_partition_size");
   z.secondary_group = comm.split(rank / hpz, rank);
   return z;
 }

@@ -56,7 +56,10 @@ Stage3::Stage3(FlatParams& flat, Communicator& comm, int rank, UnitMap map, Stag
       limits_(limits),
       zeropp_(std::move(zeropp)),
       inflight_(flat_.layout().buckets().size()),
-      secondary_(flat_.layout().buckets().size()) {
+      secondary_(flat_.layout().buckets().size()),
+      rounded_(flat_.layout().buckets().size(), false) {
+  // One partition: every gather is a copy of this rank's own shard, nothing to save by rounding.
+  if (comm_.size() == 1) zeropp_.weight_bits = 0;
   const auto& buckets = flat_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const int group = map_.group_of[static_cast<size_t>(buckets[b].params.front())];
@@ -122,6 +125,7 @@ void Stage3::wait_inflight(int b) {
     // (Prefetches are for units about to compute.)
     comm_.all_gather(gather_input_[static_cast<size_t>(b)], flat_.buffer(b),
                      {.async = false, .quantize_bits = zeropp_.weight_bits});
+    rounded_[static_cast<size_t>(b)] = zeropp_.weight_bits > 0;
   }
   if (auto& work = inflight_[static_cast<size_t>(b)]) {
     work->wait();
@@ -139,6 +143,7 @@ void Stage3::release(int b) {
   if (states_.at(b) == ShardState::kSharded) return;
   wait_inflight(b);  // never free memory a collective still writes
   states_.set(b, ShardState::kSharded);  // an error for the root, which is never freed
+  rounded_[static_cast<size_t>(b)] = false;
   flat_.release(b);
   gathered_ -= elements(b);
 }
@@ -155,6 +160,8 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async, bool compute) {
     return nullptr;
   }
   flat_.materialize(b);
+  // qwZ rounds what every rank computes with, the secondary partition's copy of it included.
+  rounded_[static_cast<size_t>(b)] = compute && zeropp_.weight_bits > 0;
   if (compute && secondary_[static_cast<size_t>(b)].defined()) {
     // hpZ: the values this unit last computed with, from this rank's group (within the node).
     return zeropp_.secondary_group->all_gather(secondary_[static_cast<size_t>(b)], flat_.buffer(b), {.async = async});
@@ -177,8 +184,15 @@ std::shared_ptr<Work> Stage3::start_gather(int b, bool async, bool compute) {
 
 void Stage3::gather(int b) {
   wait_inflight(b);
-  if (states_.at(b) != ShardState::kSharded) return;
-  start_gather(b, /*async=*/false);
+  if (states_.at(b) == ShardState::kSharded) {
+    start_gather(b, /*async=*/false);
+  } else if (rounded_[static_cast<size_t>(b)]) {
+    // Whole with qwZ's rounded values (kept for its backward, say): an exact gather is wanted
+    // (a checkpoint, gathered parameters that may be changed and written back).
+    const at::Tensor input = shard(b);
+    comm_.all_gather(input, flat_.buffer(b), {.async = false});
+    rounded_[static_cast<size_t>(b)] = false;
+  }
   gather_input_[static_cast<size_t>(b)] = at::Tensor();
 }
 

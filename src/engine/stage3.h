@@ -128,6 +128,7 @@ class Stage3 : public detail::UnitHooks {
   Stage3Zeropp zeropp_;  // before inflight_: its group's gathers in flight go first
   std::vector<std::shared_ptr<Work>> inflight_;  // per bucket: the prefetch of a kGathering unit
   std::vector<at::Tensor> secondary_;  // per bucket (hpZ): this rank's part of the unit as last computed with
+  std::vector<bool> rounded_;  // per bucket (qwZ): whole with int8-rounded values (an exact gather redoes it)
   // Gathers b for a unit about to compute: ZeRO++'s way when it is on.
   void gather_for_compute(int b);
   void keep_secondary(int b);  // hpZ: before a computed unit is freed

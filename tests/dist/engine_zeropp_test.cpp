@@ -228,9 +228,22 @@ TEST(EngineZeropp, CheckpointsHoldFullPrecisionWeights) {
   auto model = std::make_shared<TinyTransformer>(model_options({}));
   zero::Engine engine(*model, config_for({}), test_world());
   engine.load_checkpoint(dir.root.string());
-  auto whole = engine.gathered_parameters();
-  size_t i = 0;
-  for (const auto& p : model->parameters()) EXPECT_TRUE(p.equal(trained.weights[i++])) << "parameter " << i;
+  {
+    auto whole = engine.gathered_parameters();
+    size_t i = 0;
+    for (const auto& p : model->parameters()) EXPECT_TRUE(p.equal(trained.weights[i++])) << "parameter " << i;
+  }
+  if (!hpz) return;
+  // hpZ: a forward leaves secondary partitions; a load drops them (they hold the old weights).
+  auto other = std::make_shared<TinyTransformer>(model_options({}));
+  zero::Engine with_hpz(*other, config_for({.zeropp = R"("zero_hpz_partition_size": )" + std::to_string(hpz)}),
+                        test_world());
+  auto [tokens, targets] = zero::models::tiny_batch(24, model_options({}), 1);
+  const int64_t micro = 24 / test_world().size(), first = test_world().rank() * micro;
+  (void)with_hpz.forward([&] { return other->loss(tokens.narrow(0, first, micro), targets.narrow(0, first, micro)); });
+  EXPECT_GT(with_hpz.memory_report().secondary_partition, 0);
+  with_hpz.load_checkpoint(dir.root.string());
+  EXPECT_EQ(with_hpz.memory_report().secondary_partition, 0);
 }
 
 TEST(EngineZeropp, HpzGroupsMustDivideTheWorldAndStayOnAHost) {
@@ -249,13 +262,63 @@ TEST(EngineZeropp, HpzGroupsMustDivideTheWorldAndStayOnAHost) {
     EXPECT_NE(std::string(e.what()).find("does not divide the world size " + std::to_string(n)), std::string::npos)
         << e.what();
   }
-  if (w.num_nodes() > 1 && hpz_size()) {
+  // Groups across hosts: an error on every rank (naming the hosts where the group crosses), even
+  // where only some groups cross (ZERO_RANKS_PER_NODE=3 on 4 ranks: hosts of ranks 0-2 and 3).
+  for (int hpz = 2; hpz <= n; ++hpz) {
+    if (n % hpz != 0) continue;
+    auto crosses = [&](int first) {
+      for (int r = first; r < first + hpz; ++r) {
+        if (w.node_of(r) != w.node_of(first)) return true;
+      }
+      return false;
+    };
+    bool any = false;
+    for (int first = 0; first < n; first += hpz) any = any || crosses(first);
+    if (!any) continue;
+    SCOPED_TRACE("hpZ groups of " + std::to_string(hpz));
     try {
-      build(n);
+      build(hpz);
       FAIL() << "an hpZ group across hosts accepted";
     } catch (const zero::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("within one host"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(w.host(n - 1)), std::string::npos) << e.what();
+      const std::string what = e.what();
+      if (crosses(w.rank() / hpz * hpz)) {
+        EXPECT_NE(what.find("within one host"), std::string::npos) << what;
+        EXPECT_NE(what.find(w.host(w.rank() / hpz * hpz + hpz - 1)), std::string::npos) << what;
+      } else {
+        EXPECT_NE(what.find("failed on rank"), std::string::npos) << what;
+      }
     }
   }
+}
+
+// qwZ rounds what units compute with; an exact gather of a unit kept whole with rounded values
+// (after an evaluation forward, by default every unit stays whole for a backward) gathers again.
+TEST(EngineZeropp, ExactGathersOfRoundedUnitsGatherAgain) {
+  const auto o = model_options({});
+  torch::manual_seed(11);
+  auto model = std::make_shared<TinyTransformer>(o);
+  zero::Config config = zero::Config::parse(R"({"train_batch_size": 24, "zero_optimization": {"stage": 3,
+      "stage3_param_persistence_threshold": 0, "zero_quantized_weights": true},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  config.resolve({.world_size = test_world().size()});
+  zero::Engine engine(*model, config, test_world());
+  const int64_t micro = config.train_micro_batch_size_per_gpu, first = test_world().rank() * micro;
+  auto [tokens, targets] = zero::models::tiny_batch(24, o, 1);
+  at::Tensor x = tokens.narrow(0, first, micro), y = targets.narrow(0, first, micro);
+  for (int step = 0; step < 2; ++step) {
+    engine.backward(engine.forward([&] { return model->loss(x, y); }));
+    engine.step();
+  }
+  std::vector<at::Tensor> exact;
+  {
+    auto whole = engine.gathered_parameters();
+    for (const auto& p : model->parameters()) exact.push_back(p.detach().clone());
+  }
+  {
+    at::NoGradGuard evaluation;
+    (void)engine.forward([&] { return model->loss(x, y); });
+  }
+  auto whole = engine.gathered_parameters();
+  size_t i = 0;
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.equal(exact[i++])) << "parameter " << i;
 }
