@@ -11,10 +11,11 @@
 
 using zero::ReduceOp;
 
+// Names unique to this file: the sanitizer's unity build compiles it beside comm_test.cpp.
 namespace {
 
-const std::vector<zero::CollectiveOptions> kModes = {{.async = true}, {.async = false}};
-zero::Communicator& comm() { return test_world().communicator(); }
+const std::vector<zero::CollectiveOptions> kQuantizedModes = {{.async = true}, {.async = false}};
+zero::Communicator& quantized_comm() { return test_world().communicator(); }
 
 at::Tensor decoded(const at::Tensor& values, int bits) {
   using namespace zero::comm_detail;
@@ -36,7 +37,7 @@ at::Tensor quantized_input(int r, int64_t n, at::ScalarType dtype) {
 // partial sums then cross nodes quantized once more.
 TEST(Collectives, QuantizedMatchTheDecodedValues) {
   zero::World& world = test_world();
-  zero::Communicator& c = comm();
+  zero::Communicator& c = quantized_comm();
   const int n = c.size(), me = c.rank();
   std::vector<std::vector<int>> nodes(static_cast<size_t>(world.num_nodes()));
   for (int r = 0; r < n; ++r) nodes[static_cast<size_t>(world.node_of(r))].push_back(r);
@@ -45,7 +46,7 @@ TEST(Collectives, QuantizedMatchTheDecodedValues) {
                         });
   const int64_t chunk = 1031;
   for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    for (auto mode : kModes) {
+    for (auto mode : kQuantizedModes) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + (mode.async ? " async" : " blocking"));
       // All-gather: every chunk decoded, this rank's too, so all ranks hold the same tensor.
       at::Tensor mine = quantized_input(me, chunk, dtype), gathered = torch::empty({chunk * n}, dtype);

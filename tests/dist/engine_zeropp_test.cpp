@@ -22,7 +22,7 @@ namespace {
 using zero::models::TinyTransformer;
 using zero::comm_detail::quantized_bytes;
 
-constexpr int kSteps = 3;
+constexpr int kZeroppSteps = 3;
 
 struct Setup {
   std::string zeropp;  // keys added to zero_optimization, e.g. R"("zero_quantized_weights": true)"
@@ -59,7 +59,7 @@ zero::models::TinyTransformerOptions model_options(const Setup& s) {
   return o;
 }
 
-Trained train(const Setup& s, int steps = kSteps, const std::string& save_to = "") {
+Trained train(const Setup& s, int steps = kZeroppSteps, const std::string& save_to = "") {
   const auto o = model_options(s);
   torch::manual_seed(11);
   auto model = std::make_shared<TinyTransformer>(o);
@@ -150,7 +150,7 @@ TEST(EngineZeropp, HierarchicalPartitionsChangeNoValue) {
       if (!prefetch && checkpoint_every == 0) {
         // Every block's backward gather stays within the node: (H-1)·c·4 bytes less per block and step.
         int64_t saved = 0;
-        for (int64_t c : block_chunks()) saved += kSteps * other_nodes() * c * 4;
+        for (int64_t c : block_chunks()) saved += kZeroppSteps * other_nodes() * c * 4;
         EXPECT_EQ(exact.inter_node - with_hpz.inter_node, saved);
       }
     }
@@ -165,7 +165,7 @@ TEST(EngineZeropp, QuantizedWeightsAreCloseAndCrossInInt8) {
   if (n > 1) EXPECT_FALSE(same_weights(quantized, exact)) << "the gathers were not quantized";
   // Forward and backward gathers each move int8 messages instead of fp32 chunks.
   int64_t saved = 0;
-  for (int64_t c : block_chunks()) saved += kSteps * 2 * other_nodes() * (4 * c - quantized_bytes(c, 8));
+  for (int64_t c : block_chunks()) saved += kZeroppSteps * 2 * other_nodes() * (4 * c - quantized_bytes(c, 8));
   EXPECT_EQ(exact.inter_node - quantized.inter_node, saved);
   // hpZ on top: the backward gathers come from the secondary partition instead.
   if (const int hpz = hpz_size()) {
@@ -174,7 +174,7 @@ TEST(EngineZeropp, QuantizedWeightsAreCloseAndCrossInInt8) {
     EXPECT_EQ(both.losses, quantized.losses) << "backward computes with the weights forward had";
     EXPECT_TRUE(same_weights(both, quantized));
     int64_t backward = 0;
-    for (int64_t c : block_chunks()) backward += kSteps * other_nodes() * quantized_bytes(c, 8);
+    for (int64_t c : block_chunks()) backward += kZeroppSteps * other_nodes() * quantized_bytes(c, 8);
     EXPECT_EQ(quantized.inter_node - both.inter_node, backward);
   }
 }
@@ -213,7 +213,7 @@ TEST(EngineZeropp, QuantizedGradientsAreCloseAtStagesTwoAndThree) {
     chunks.push_back((root + 8 * n - 1) / (8 * n) * 8);
   }
   int64_t saved = 0;
-  for (int64_t c : chunks) saved += kSteps * other_nodes() * (4 * c - quantized_bytes(c, 4));
+  for (int64_t c : chunks) saved += kZeroppSteps * other_nodes() * (4 * c - quantized_bytes(c, 4));
   EXPECT_EQ(exact.inter_node - quantized.inter_node, saved);
 }
 
@@ -222,7 +222,7 @@ TEST(EngineZeropp, CheckpointsHoldFullPrecisionWeights) {
   std::string all = R"("zero_quantized_weights": true, "zero_quantized_gradients": true)";
   if (hpz) all += R"(, "zero_hpz_partition_size": )" + std::to_string(hpz);
   ScratchDir dir("zeropp_checkpoint");
-  const Trained trained = train({.zeropp = all}, kSteps, dir.root.string());
+  const Trained trained = train({.zeropp = all}, kZeroppSteps, dir.root.string());
   // Loaded into an engine without ZeRO++: its exact gather gives back the weights bit for bit.
   torch::manual_seed(5);
   auto model = std::make_shared<TinyTransformer>(model_options({}));
