@@ -2,6 +2,7 @@
 //
 //   zero-run -n 4 ./train --config ds.json
 //   zero-run --hostfile hosts --include "worker-1@worker-2:0,2" ./train ...
+//   sbatch -N 2 --ntasks-per-node 4 --wrap "zero-run ./train ..."   (srun inside the allocation)
 //
 // Each rank runs under zero-run's own rank wrapper, which records a failing rank's exit status,
 // so zero-run can say which rank failed first; --log-dir also keeps one log per rank.
@@ -18,11 +19,14 @@
 
 #include "launch/launch_plan.h"
 #include "launch/rank_status.h"
+#include "launch/slurm_plan.h"
 #include "zero/error.h"
 
 namespace {
 
-pid_t g_mpirun = -1;
+pid_t g_mpirun = -1;  // mpirun, or srun inside a Slurm allocation
+bool g_srun = false;
+volatile sig_atomic_t g_interrupt_again = 0;  // srun: a second SIGINT is due (it kills on two within 1 s)
 volatile sig_atomic_t g_stopped_by = 0;  // the first signal the user sent us, if any
 int g_stop_grace_s = 60;
 
@@ -40,6 +44,7 @@ void on_signal(int signal_number) {
     return;
   }
   kill(g_mpirun, SIGINT);
+  if (g_srun) g_interrupt_again = 1;
 }
 
 // The .deepspeed_env files DeepSpeed reads: $DS_ENV_FILE, ~/.deepspeed_env, ./.deepspeed_env.
@@ -87,12 +92,17 @@ int run_mpirun(const std::vector<std::string>& argv, const std::string& status_d
   for (;;) {
     const pid_t done = waitpid(g_mpirun, &status, WNOHANG);
     if (done == g_mpirun || (done < 0 && errno != EINTR)) break;
+    if (g_interrupt_again) {
+      usleep(300 * 1000);
+      kill(g_mpirun, SIGINT);
+      g_interrupt_again = 0;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (failed_at == std::chrono::steady_clock::time_point::max()) {
       if (!zero::launch::read_rank_failures(status_dir).empty()) failed_at = now;
     } else if (!killed && now - failed_at > std::chrono::seconds(kFailureGraceSeconds)) {
-      fmt::print(stderr, "zero-run: mpirun has not ended the job {} s after a rank failed (a host unreachable?): "
-                 "killing it\n", kFailureGraceSeconds);
+      fmt::print(stderr, "zero-run: {} has not ended the job {} s after a rank failed (a host unreachable?): "
+                 "killing it\n", g_srun ? "srun" : "mpirun", kFailureGraceSeconds);
       kill(g_mpirun, SIGKILL);
       killed = true;
     }
@@ -144,7 +154,12 @@ int main(int argc, char** argv) {
                  "seconds a collective may wait before every waiting rank ends the job with an error naming the ranks "
                  "that did not arrive (default: the config's zerocpp.collective_timeout, 1800; 0: never)")
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--dry-run", dry_run, "print the mpirun command and exit");
+  std::string launcher, launcher_args;
+  app.add_option("--launcher", launcher,
+                 "openmpi (mpirun) or slurm (srun); default: slurm inside a Slurm allocation without --hostfile")
+      ->check(CLI::IsMember({"openmpi", "slurm"}));
+  app.add_option("--launcher_args", launcher_args, "extra words for mpirun or srun, e.g. '--partition gpu'");
+  app.add_flag("--dry-run", dry_run, "print the mpirun (or srun) command and exit");
   CLI11_PARSE(app, argc, argv);
   o.program = app.remaining();
 
@@ -172,7 +187,15 @@ int main(int argc, char** argv) {
     } else {
       throw zero::Error(std::string("cannot create a status directory in /tmp: ") + strerror(errno), "/tmp");
     }
-    zero::launch::LaunchPlan plan = zero::launch::plan_launch(o);
+    o.launcher_args = zero::launch::split_launcher_args(launcher_args);
+    const auto allocation = zero::launch::slurm_allocation([](const char* name) { return std::getenv(name); });
+    if (launcher.empty()) launcher = !allocation.job_id.empty() && o.hostfile.empty() ? "slurm" : "openmpi";
+    if (launcher == "slurm" && allocation.job_id.empty()) {
+      throw zero::Error("--launcher slurm: not inside a Slurm allocation (no SLURM_JOB_ID): run zero-run from sbatch "
+                        "or salloc", "--launcher");
+    }
+    g_srun = launcher == "slurm";
+    zero::launch::LaunchPlan plan = g_srun ? zero::launch::plan_srun(o, allocation) : zero::launch::plan_launch(o);
     for (const auto& w : plan.warnings) fmt::print(stderr, "zero-run: warning: {}\n", w);
     if (dry_run) {
       fmt::print("{}\n", zero::launch::shell_join(plan.argv));

@@ -84,8 +84,22 @@ World World::single_process() {
   return World(std::move(state));
 }
 
+// srun started several tasks but gave them no process manager (srun --mpi=none, or a slurm.conf
+// whose MpiDefault is none): each would train alone on all the data, a silent N-fold waste.
+static void refuse_srun_without_pmi() {
+  const int tasks = env_int("SLURM_STEP_NUM_TASKS", 1);
+  if (tasks <= 1) return;
+  throw Error("srun started " + std::to_string(tasks) +
+                  " tasks without an MPI process manager, so each would train alone: launch with srun --mpi=pmix "
+                  "(or zero-run inside the allocation, which does)",
+              "SLURM_STEP_NUM_TASKS", env_int("SLURM_PROCID", -1));
+}
+
 World World::from_environment(const CommunicatorOptions& options) {
-  if (!launched_by_mpi()) return single_process();
+  if (!launched_by_mpi()) {
+    refuse_srun_without_pmi();
+    return single_process();
+  }
   acquire_mpi();
   auto state = std::make_unique<State>();
   state->distributed = true;

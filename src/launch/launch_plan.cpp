@@ -22,18 +22,6 @@ bool is_first_slots(const HostSlots& h) {
   return true;
 }
 
-// What each rank runs: zero-run itself as the rank wrapper, which records failures and logs.
-std::vector<std::string> rank_command(const LaunchOptions& o) {
-  std::vector<std::string> cmd = {o.self, "--rank-wrapper", "--status-dir", o.status_dir};
-  if (!o.log_dir.empty()) {
-    cmd.push_back("--log-dir");
-    cmd.push_back(o.log_dir);
-  }
-  cmd.push_back("--");
-  cmd.insert(cmd.end(), o.program.begin(), o.program.end());
-  return cmd;
-}
-
 std::vector<HostSlots> select_hosts(const LaunchOptions& o, bool local) {
   std::vector<HostSlots> pool;
   if (local) {
@@ -83,6 +71,17 @@ std::vector<HostSlots> select_hosts(const LaunchOptions& o, bool local) {
 
 }  // namespace
 
+std::vector<std::string> rank_command(const LaunchOptions& o) {
+  std::vector<std::string> cmd = {o.self, "--rank-wrapper", "--status-dir", o.status_dir};
+  if (!o.log_dir.empty()) {
+    cmd.push_back("--log-dir");
+    cmd.push_back(o.log_dir);
+  }
+  cmd.push_back("--");
+  cmd.insert(cmd.end(), o.program.begin(), o.program.end());
+  return cmd;
+}
+
 LaunchPlan plan_launch(const LaunchOptions& o) {
   if (o.program.empty()) throw Error("no program to run: zero-run -n N PROGRAM [ARGS...]", "PROGRAM");
   if (!o.include.empty() && !o.exclude.empty())
@@ -112,6 +111,7 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   // Ctrl-C under zero-run is a graceful stop: mpirun forwards SIGUSR1 to the rank wrappers only
   // (not their children), and each wrapper turns it into SIGINT for its program's process group.
   argv.insert(argv.end(), {"--mca", "odls_base_signal_direct_children_only", "1"});
+  argv.insert(argv.end(), o.launcher_args.begin(), o.launcher_args.end());
 
   std::vector<std::pair<std::string, std::string>> env = {
       {"MASTER_ADDR", o.master_addr.empty() ? (local ? "127.0.0.1" : plan.hosts[0].host) : o.master_addr},

@@ -44,6 +44,8 @@ struct LaunchOptions {
   bool as_root = false;                                  // add --allow-run-as-root
   int local_cpus = 1;                                    // cores of this machine, for the oversubscription warning
   std::string mpirun = "mpirun";
+  std::string srun = "srun";                  // the launcher inside a Slurm allocation (slurm_plan.h)
+  std::vector<std::string> launcher_args;     // --launcher_args: extra words for mpirun or srun
 };
 
 struct LaunchPlan {
@@ -55,6 +57,9 @@ struct LaunchPlan {
 
 // Throws zero::Error for contradictory or impossible requests, naming the flag.
 LaunchPlan plan_launch(const LaunchOptions& options);
+
+// What each rank runs: zero-run itself as the rank wrapper (rank_status.h), then the program.
+std::vector<std::string> rank_command(const LaunchOptions& options);
 
 // The command as a shell would need it typed (single quotes where needed).
 std::string shell_join(const std::vector<std::string>& argv);

@@ -22,13 +22,6 @@ config() {  # config STAGE [NAME ZERO++KEYS]: stage 3 re-gathers every block in 
 JSON
   echo "$tmp/stage$1$name.json"
 }
-losses() { sed -nE 's/^step .*\| loss ([0-9.]+) .*/\1/p' "$1"; }
-close_losses() {  # close_losses A B TOLERANCE: as many steps, each within TOLERANCE relative
-  [[ $(losses "$1" | wc -l) == $(losses "$2" | wc -l) ]] &&
-    paste <(losses "$1") <(losses "$2") | awk -v tol="$3" 'BEGIN{ok=1; n=0} {n++; d=$1-$2; if (d<0) d=-d; if (d > tol*$2) ok=0}
-      END{exit !(ok && n > 0)}'
-}
-same_losses() { close_losses "$1" "$2" 1e-5; }  # the sums run in another order across hosts
 sent_per_rank() { sed -n 's/^zero-train: sent across nodes per step: \([0-9 ]*\) bytes by rank.*/\1/p' "$1"; }
 host_sent() {  # host_sent FILE HOST: bytes and packets the host sent
   awk -v h="$2" '$1 == h {print $2, $3}' "$1"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# zero-train under a real Slurm (scripts/slurm: Debian's slurmctld, slurmd and munged on
+# loopback), as users launch it:
+#   - sbatch -n 2 with zero-run inside the allocation (which starts the ranks with srun) and a
+#     plain `srun -n 2 --mpi=pmix zero-train` give the losses of `zero-run -n 2` over mpirun;
+#   - srun without an MPI plugin (the cluster's MpiDefault is none) is refused by every rank,
+#     not run as two lone trainings;
+#   - a failing rank ends the job at once, and zero-run names the rank and its exit status.
+# ARGS: BIN_DIR SOURCE_DIR. Needs root and Slurm (scripts/bootstrap); exits 77 (skipped) without.
+source "$(dirname "$0")/common.sh"
+slurm=$src/scripts/slurm
+for tool in slurmctld slurmd munged sbatch; do
+  command -v $tool >/dev/null || { echo "skipped: $tool is not installed (scripts/bootstrap installs Slurm)"; exit 77; }
+done
+trap '"$slurm" down; rm -rf "$tmp"' EXIT
+"$slurm" up --cpus 4 || exit 1
+export SLURM_CONF=$("$slurm" conf)
+
+cat >"$tmp/stage2.json" <<JSON
+{"train_batch_size": 8, "gradient_clipping": 1.0, "zero_optimization": {"stage": 2, "reduce_bucket_size": 20000},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}}
+JSON
+train=("$bin/zero-train" --config "$tmp/stage2.json" --layers 2 --heads 2 --channels 64 --max-seq 64 --vocab 256
+       --steps 5 --no-progress)
+# sbatch's --wrap runs a shell line: the same command, quoted for it.
+train_line=$(printf '%q ' "${train[@]}")
+
+# The reference: mpirun on this host, outside Slurm.
+(unset SLURM_CONF; timeout 300 "$bin/zero-run" -n 2 "${train[@]}") >"$tmp/mpirun.out" 2>&1 ||
+  { echo "mpirun run failed"; cat "$tmp/mpirun.out"; fail=1; }
+
+# zero-run inside an allocation: its plan is srun's, and the ranks train together.
+timeout 300 sbatch --wait -n 2 -o "$tmp/dry.out" --wrap "$bin/zero-run --dry-run $train_line" >/dev/null
+check "grep -q '^env MASTER_ADDR=$(hostname -s) .* srun --mpi=pmix --kill-on-bad-exit=1' $tmp/dry.out" \
+  "zero-run in an allocation launches with srun ($(head -c 120 "$tmp/dry.out"))"
+timeout 300 sbatch --wait -n 2 -o "$tmp/sbatch.out" --wrap "$bin/zero-run $train_line" >/dev/null
+status=$?
+check "[[ $status == 0 ]] && grep -q '^zero-train: 2 ranks' $tmp/sbatch.out && same_losses $tmp/mpirun.out $tmp/sbatch.out" \
+  "sbatch -n 2 + zero-run: 2 ranks with the losses of mpirun's"
+
+# srun straight, the ranks' World from Slurm's PMIx.
+timeout 300 srun -n 2 --mpi=pmix "${train[@]}" >"$tmp/srun.out" 2>&1
+status=$?
+check "[[ $status == 0 ]] && grep -q '^zero-train: 2 ranks' $tmp/srun.out && same_losses $tmp/mpirun.out $tmp/srun.out" \
+  "srun -n 2 --mpi=pmix: 2 ranks with the losses of mpirun's"
+
+# srun with no MPI plugin: each task would be a world of one.
+timeout 300 srun -n 2 "${train[@]}" >"$tmp/nompi.out" 2>&1
+status=$?
+check "[[ $status != 0 ]] && grep -q 'srun started 2 tasks without an MPI process manager' $tmp/nompi.out &&
+       ! grep -q '^step' $tmp/nompi.out" "srun without --mpi=pmix is refused (status $status): $(grep -m1 -o 'srun started.*' "$tmp/nompi.out")"
+
+# A rank that fails: srun ends the other at once (--kill-on-bad-exit), zero-run names the rank.
+start=$SECONDS
+timeout 120 sbatch --wait -n 2 -o "$tmp/fail.out" \
+  --wrap "$bin/zero-run bash -c '[[ \$SLURM_PROCID == 1 ]] && exit 3; sleep 100'" >/dev/null
+status=$? took=$((SECONDS - start))
+check "[[ $status == 3 && $took -lt 60 ]] && grep -q 'zero-run: rank 1 exited with status 3' $tmp/fail.out" \
+  "a rank exiting 3 ends the job in ${took} s with status $status: $(grep -m1 '^zero-run: rank' "$tmp/fail.out")"
+[[ $fail == 0 ]] || "$slurm" logs
+exit $fail
