@@ -6,7 +6,9 @@
 //
 // Each rank runs under zero-run's own rank wrapper, which records a failing rank's exit status,
 // so zero-run can say which rank failed first; --log-dir also keeps one log per rank.
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,11 +17,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "launch/launch_plan.h"
 #include "launch/rank_status.h"
 #include "launch/slurm_plan.h"
+#include "launch/start_markers.h"
 #include "zero/error.h"
 
 namespace {
@@ -65,30 +69,114 @@ std::vector<std::pair<std::string, std::string>> read_env_files() {
   return env;
 }
 
-// Once a rank has failed, mpirun gets this long to end the others before zero-run ends mpirun.
-// Note: mpirun waits for every host's daemon to confirm, and a daemon behind a dead link never
-// does: without this the job would hang after its ranks had all stopped.
+// Once a rank has failed (or the launch timed out), mpirun gets this long to end the others
+// before zero-run ends mpirun. Note: mpirun waits for every host's daemon to confirm, and a
+// daemon behind a dead link never does: without this the job would hang after its ranks had all
+// stopped.
 constexpr int kFailureGraceSeconds = 15;
 
-int run_mpirun(const std::vector<std::string>& argv, const std::string& status_dir) {
+struct JobEnd {
+  int status = 0;
+  std::map<int, std::string> started;  // rank -> host, from the rank wrappers' start markers
+  bool launch_timed_out = false;
+};
+
+void write_all(int fd, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Copies what the launcher's stderr holds now to ours, less the start markers. Returns false at
+// its end. Never waits: a launch agent that outlives a killed mpirun may hold the pipe open.
+bool relay_stderr(int fd, zero::launch::StartMarkerFilter& filter) {
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return true;
+    if (n == 0) return false;
+    write_all(STDERR_FILENO, filter.feed({buffer, static_cast<size_t>(n)}));
+  }
+}
+
+std::string join_ints(const std::vector<int>& values) {
+  std::string out;
+  for (int v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return out;
+}
+
+// Where ranks never started: the hosts (mpirun's placement) or, under srun, the ranks.
+std::string where_not_started(const zero::launch::LaunchPlan& plan, const std::map<int, std::string>& started) {
+  const auto hosts = zero::launch::hosts_not_started(plan.hosts, started);
+  std::string names;
+  for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h;
+  if (g_srun || hosts.empty()) {
+    return "ranks " + join_ints(zero::launch::ranks_not_started(plan.total_procs, started)) + " did not start";
+  }
+  if (started.empty() && hosts.size() > 1) {
+    // Note: mpirun starts no rank before every other host's daemon has called back, so one silent
+    // host keeps them all from starting; which one, mpirun does not say. This host needs no daemon.
+    char self[256] = {};
+    gethostname(self, sizeof self - 1);
+    std::string remote;
+    for (const auto& h : hosts) {
+      if (h != self && h != "localhost" && h != "127.0.0.1") remote += (remote.empty() ? "" : ", ") + h;
+    }
+    return "no rank started on any host: mpirun starts them once the daemon of every other host (" + remote +
+           ") has called back, and one has not";
+  }
+  return "no rank started on " + names;
+}
+
+// The processes mpirun started itself: on a launch that hangs, the ssh (rsh agent) still trying
+// to reach a host. They would outlive a killed mpirun.
+void kill_children_of(pid_t parent) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t after_name = line.rfind(')');
+    if (after_name == std::string::npos) continue;
+    std::istringstream fields(line.substr(after_name + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    if (fields >> state >> ppid && ppid == parent) kill(static_cast<pid_t>(std::stol(entry.path().filename())), SIGKILL);
+  }
+}
+
+JobEnd run_launcher(const zero::launch::LaunchPlan& plan, const std::string& status_dir, int launch_timeout_s) {
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) throw zero::Error(std::string("pipe failed: ") + strerror(errno), "mpirun");
   g_mpirun = fork();
   if (g_mpirun == 0) {
+    dup2(err_pipe[1], STDERR_FILENO);
     std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     execvp(args[0], args.data());
-    fmt::print(stderr, "zero-run: cannot run {}: {} (is OpenMPI installed?)\n", argv[0], strerror(errno));
+    fmt::print(stderr, "zero-run: cannot run {}: {} (is {} installed?)\n", plan.argv[0], strerror(errno),
+               g_srun ? "Slurm" : "OpenMPI");
     _exit(127);
   }
   if (g_mpirun < 0) throw zero::Error(std::string("fork failed: ") + strerror(errno), "mpirun");
+  close(err_pipe[1]);
+  fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGALRM, &action, nullptr);
+  zero::launch::StartMarkerFilter filter;
+  JobEnd end;
   int status = 0;
-  auto failed_at = std::chrono::steady_clock::time_point::max();
-  bool killed = false;
+  const auto launched = std::chrono::steady_clock::now();
+  auto ending_since = std::chrono::steady_clock::time_point::max();  // a rank failed, or the launch timed out
+  bool killed = false, pipe_open = true;
   for (;;) {
     const pid_t done = waitpid(g_mpirun, &status, WNOHANG);
     if (done == g_mpirun || (done < 0 && errno != EINTR)) break;
@@ -98,17 +186,41 @@ int run_mpirun(const std::vector<std::string>& argv, const std::string& status_d
       g_interrupt_again = 0;
     }
     const auto now = std::chrono::steady_clock::now();
-    if (failed_at == std::chrono::steady_clock::time_point::max()) {
-      if (!zero::launch::read_rank_failures(status_dir).empty()) failed_at = now;
-    } else if (!killed && now - failed_at > std::chrono::seconds(kFailureGraceSeconds)) {
-      fmt::print(stderr, "zero-run: {} has not ended the job {} s after a rank failed (a host unreachable?): "
-                 "killing it\n", g_srun ? "srun" : "mpirun", kFailureGraceSeconds);
+    if (ending_since == std::chrono::steady_clock::time_point::max()) {
+      if (!zero::launch::read_rank_failures(status_dir).empty()) ending_since = now;
+      const bool all_started = static_cast<int>(filter.started().size()) >= plan.total_procs;
+      if (!all_started && launch_timeout_s > 0 && now - launched > std::chrono::seconds(launch_timeout_s)) {
+        fmt::print(stderr, "zero-run: {} of {} rank(s) had not started {} s after the launch: {}. Is every host up, "
+                   "reachable, and able to reach this one? Ending the job (--launch-timeout)\n",
+                   plan.total_procs - static_cast<int>(filter.started().size()), plan.total_procs, launch_timeout_s,
+                   where_not_started(plan, filter.started()));
+        end.launch_timed_out = true;
+        ending_since = now;
+        if (!g_srun) kill_children_of(g_mpirun);
+        kill(g_mpirun, SIGINT);
+        if (g_srun) g_interrupt_again = 1;  // srun ends a step on two SIGINTs within a second
+      }
+    } else if (!killed && now - ending_since > std::chrono::seconds(kFailureGraceSeconds)) {
+      fmt::print(stderr, "zero-run: {} has not ended the job {} s after a rank failed or the launch timed out (a host "
+                 "unreachable?): killing it\n",
+                 g_srun ? "srun" : "mpirun", kFailureGraceSeconds);
+      if (end.launch_timed_out && !g_srun) kill_children_of(g_mpirun);
       kill(g_mpirun, SIGKILL);
       killed = true;
     }
-    usleep(200 * 1000);
+    pollfd wait_for_output{err_pipe[0], POLLIN, 0};
+    if (pipe_open && poll(&wait_for_output, 1, 200) > 0) {
+      pipe_open = relay_stderr(err_pipe[0], filter);
+    } else if (!pipe_open) {
+      usleep(200 * 1000);
+    }
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (pipe_open) relay_stderr(err_pipe[0], filter);
+  write_all(STDERR_FILENO, filter.flush());
+  close(err_pipe[0]);
+  end.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  end.started = filter.started();
+  return end;
 }
 
 }  // namespace
@@ -159,6 +271,11 @@ int main(int argc, char** argv) {
                  "openmpi (mpirun) or slurm (srun); default: slurm inside a Slurm allocation without --hostfile")
       ->check(CLI::IsMember({"openmpi", "slurm"}));
   app.add_option("--launcher_args", launcher_args, "extra words for mpirun or srun, e.g. '--partition gpu'");
+  int launch_timeout = 120;
+  app.add_option("--launch-timeout", launch_timeout,
+                 "seconds every rank gets to start (a host that cannot be reached hangs the launch); 0: wait forever")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--dry-run", dry_run, "print the mpirun (or srun) command and exit");
   CLI11_PARSE(app, argc, argv);
   o.program = app.remaining();
@@ -201,7 +318,8 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", zero::launch::shell_join(plan.argv));
       return 0;
     }
-    int status = run_mpirun(plan.argv, o.status_dir);
+    const JobEnd job = run_launcher(plan, o.status_dir, launch_timeout);
+    const int status = job.status;
     auto failures = zero::launch::read_rank_failures(o.status_dir);
     if (plan.hosts.size() == 1) {
       for (auto& f : failures) f.host.clear();  // one host: "rank 1", as ever
@@ -217,7 +335,12 @@ int main(int argc, char** argv) {
                  status == 0 ? "; every rank exited with status 0" : "");
       return 128 + g_stopped_by;
     }
-    if (status != 0) fmt::print(stderr, "zero-run: mpirun failed with status {}\n", status);
+    if (job.launch_timed_out) return 1;
+    if (status != 0) {
+      const bool all_started = static_cast<int>(job.started.size()) >= plan.total_procs;
+      fmt::print(stderr, "zero-run: {} failed with status {}{}\n", g_srun ? "srun" : "mpirun", status,
+                 all_started ? "" : "; " + where_not_started(plan, job.started));
+    }
     return status;
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-run: {}\n", e.what());

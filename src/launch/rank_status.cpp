@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "launch/start_markers.h"
+
 namespace zero::launch {
 namespace {
 
@@ -91,6 +93,12 @@ int rank_from_environment() {
 int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
                      const std::vector<std::string>& program) {
   const int rank = rank_from_environment();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  if (!status_dir.empty()) {  // under zero-run: tell it this rank has started (start_markers.h)
+    const std::string marker = start_marker(rank, host);
+    write_all(STDERR_FILENO, marker.data(), marker.size());
+  }
   int log_fd = -1;
   if (!log_dir.empty()) {
     std::filesystem::create_directories(log_dir);
@@ -162,8 +170,6 @@ int run_rank_wrapper(const std::string& status_dir, const std::string& log_dir,
   while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
   }
   if (log_fd >= 0) close(log_fd);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   RankFailure failure{rank, WIFSIGNALED(status), WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                       now_ns(), host};
   if (failure.code == 0) return 0;

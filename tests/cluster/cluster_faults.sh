@@ -3,7 +3,7 @@
 # zero-train at stage 2 with a checkpoint every 3 steps and a 15 s collective timeout:
 #   - a link that goes down mid-step (ip link set down: the cable pulled);
 #   - a host's ranks killed (kill -9);
-#   - a hostfile naming a host that is not there.
+#   - a hostfile naming a host that is not there, or one whose link is down at launch.
 # Each must end every rank within the watchdog's timeout (no hang) with an error naming the rank
 # and its host, and the last checkpoint must load: training resumes from it on the healed cluster.
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
@@ -81,5 +81,18 @@ printf 'zc-node1 slots=2\nzc-node9 slots=2\n' >"$tmp/bad_hosts"
 job=$!
 check "ended_within 60" "unknown host: the launch ended within 60 s"
 check "[[ $status != 0 ]] && grep -q zc-node9 $tmp/bad.log" "unknown host: the error names zc-node9"
-for log in link kill bad; do echo "--- $log"; grep -E "error|zero-run|cluster:" "$tmp/$log.log" | head -5; done
+# 4. A host in the hostfile whose link is down at launch, its peers' addresses still known (as
+# behind a switch that drops): its daemon's call back to mpirun is lost, and mpirun would wait
+# for it for ever. zero-run's --launch-timeout ends the launch and names the host.
+mac=$(ip netns exec zc-node1 cat /sys/class/net/eth0/address)
+ip -n zc-node2 neigh replace 198.18.77.11 lladdr "$mac" dev eth0 nud permanent
+"$cluster" link zc-node2 down
+"$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$tmp/hosts" --launch-timeout 15 "$bin/zero-train" \
+  --config "$tmp/stage2.json" --steps 2 --no-progress >"$tmp/unreachable.log" 2>&1 &
+job=$!
+check "ended_within 60" "unreachable host: the launch ended within 60 s (--launch-timeout 15)"
+check "[[ $status != 0 ]] && grep -q 'had not started 15 s after the launch.*every other host (zc-node2)' $tmp/unreachable.log" \
+  "unreachable host: the error names zc-node2 (status $status)"
+"$cluster" link zc-node2 up
+for log in link kill bad unreachable; do echo "--- $log"; grep -E "error|zero-run|cluster:" "$tmp/$log.log" | head -5; done
 exit $fail
