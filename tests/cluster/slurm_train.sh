@@ -5,7 +5,8 @@
 #     plain `srun -n 2 --mpi=pmix zero-train` give the losses of `zero-run -n 2` over mpirun;
 #   - srun without an MPI plugin (the cluster's MpiDefault is none) is refused by every rank,
 #     not run as two lone trainings;
-#   - a failing rank ends the job at once, and zero-run names the rank and its exit status.
+#   - a failing rank ends the job at once, and zero-run names the rank and its exit status;
+#   - Ctrl-C stops every rank (zero-train saves); a second one aborts ranks that ignore it.
 # ARGS: BIN_DIR SOURCE_DIR. Needs root and Slurm (scripts/bootstrap); exits 77 (skipped) without.
 source "$(dirname "$0")/common.sh"
 slurm=$src/scripts/slurm
@@ -20,8 +21,9 @@ cat >"$tmp/stage2.json" <<JSON
 {"train_batch_size": 8, "gradient_clipping": 1.0, "zero_optimization": {"stage": 2, "reduce_bucket_size": 20000},
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}}
 JSON
-train=("$bin/zero-train" --config "$tmp/stage2.json" --layers 2 --heads 2 --channels 64 --max-seq 64 --vocab 256
-       --steps 5 --no-progress)
+gpt=("$bin/zero-train" --config "$tmp/stage2.json" --layers 2 --heads 2 --channels 64 --max-seq 64 --vocab 256
+     --no-progress)
+train=("${gpt[@]}" --steps 5)
 # sbatch's --wrap runs a shell line: the same command, quoted for it.
 train_line=$(printf '%q ' "${train[@]}")
 
@@ -57,5 +59,27 @@ timeout 120 sbatch --wait -n 2 -o "$tmp/fail.out" \
 status=$? took=$((SECONDS - start))
 check "[[ $status == 3 && $took -lt 60 ]] && grep -q 'zero-run: rank 1 exited with status 3' $tmp/fail.out" \
   "a rank exiting 3 ends the job in ${took} s with status $status: $(grep -m1 '^zero-run: rank' "$tmp/fail.out")"
+# Ctrl-C to zero-run: srun forwards the stop to every rank, zero-train saves and exits, zero-run
+# exits 130. A second Ctrl-C aborts a step whose program ignores the first.
+interrupt_job() {  # interrupt_job NAME TIMES PROGRAM...: run under sbatch -n 2, SIGINT zero-run TIMES
+  local name=$1 times=$2; shift 2
+  printf '#!/bin/bash\n' >"$tmp/$name.sh"
+  printf '%q ' "$bin/zero-run" "$@" >>"$tmp/$name.sh"
+  printf '&\necho $! >%q\nwait $!\necho "zero-run exit $?"\n' "$tmp/$name.pid" >>"$tmp/$name.sh"
+  sbatch -n 2 -o "$tmp/$name.out" "$tmp/$name.sh" >/dev/null
+  for _ in $(seq 120); do grep -q '^step\|^started' "$tmp/$name.out" 2>/dev/null && break; sleep 0.5; done
+  kill -INT "$(cat "$tmp/$name.pid")"
+  [[ $times == 2 ]] && { sleep 2; kill -INT "$(cat "$tmp/$name.pid")"; }
+  for _ in $(seq 120); do [[ -z $(squeue -h) ]] && return 0; sleep 0.5; done
+  echo "the job did not end"; scancel --quiet --partition=debug; return 1
+}
+interrupt_job stop 1 "${gpt[@]}" --save-dir "$tmp/ckpt" --steps 100000
+check "grep -q 'zero-run exit 130' $tmp/stop.out && grep -q 'zero-train: saved' $tmp/stop.out && [[ -f $tmp/ckpt/latest ]]" \
+  "Ctrl-C under srun: every rank stops, the checkpoint is saved ($(cat "$tmp/ckpt/latest" 2>/dev/null)), exit 130"
+start=$SECONDS
+interrupt_job abort 2 bash -c 'echo started; trap "" INT; sleep 100'
+took=$((SECONDS - start))
+check "[[ $took -lt 40 ]] && grep -q 'zero-run exit 130' $tmp/abort.out" \
+  "a second Ctrl-C under srun aborts ranks that ignore the first (ended after $took s; they sleep 100 s)"
 [[ $fail == 0 ]] || "$slurm" logs
 exit $fail
