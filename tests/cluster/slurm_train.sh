@@ -6,14 +6,16 @@
 #   - srun without an MPI plugin (the cluster's MpiDefault is none) is refused by every rank,
 #     not run as two lone trainings;
 #   - a failing rank ends the job at once, and zero-run names the rank and its exit status;
-#   - Ctrl-C stops every rank (zero-train saves); a second one aborts ranks that ignore it.
+#   - Ctrl-C stops every rank (zero-train saves); a second one aborts ranks that ignore it;
+#   - on two Slurm nodes (a slurmd in each host of scripts/cluster), sbatch -N 2 places 2 ranks on
+#     each, World finds the 2 hosts, and the losses are those of 4 ranks on one host.
 # ARGS: BIN_DIR SOURCE_DIR. Needs root and Slurm (scripts/bootstrap); exits 77 (skipped) without.
 source "$(dirname "$0")/common.sh"
 slurm=$src/scripts/slurm
 for tool in slurmctld slurmd munged sbatch; do
   command -v $tool >/dev/null || { echo "skipped: $tool is not installed (scripts/bootstrap installs Slurm)"; exit 77; }
 done
-trap '"$slurm" down; rm -rf "$tmp"' EXIT
+trap '"$slurm" down; "$cluster" down; rm -rf "$tmp"' EXIT
 "$slurm" up --cpus 4 || exit 1
 export SLURM_CONF=$("$slurm" conf)
 
@@ -81,5 +83,22 @@ interrupt_job abort 2 bash -c 'echo started; trap "" INT; sleep 100'
 took=$((SECONDS - start))
 check "[[ $took -lt 40 ]] && grep -q 'zero-run exit 130' $tmp/abort.out" \
   "a second Ctrl-C under srun aborts ranks that ignore the first (ended after $took s; they sleep 100 s)"
+
+# Two Slurm nodes: hosts of scripts/cluster, TCP between them.
+"$slurm" down
+(unset SLURM_CONF; timeout 300 "$bin/zero-run" -n 4 "${train[@]}") >"$tmp/mpirun4.out" 2>&1 ||
+  { echo "4-rank mpirun run failed"; cat "$tmp/mpirun4.out"; fail=1; }
+"$cluster" up 2 --rate 10gbit >/dev/null || exit 1
+"$slurm" up --cluster --cpus 2 || exit 1
+timeout 300 sbatch --wait -N 2 --ntasks-per-node 2 -o "$tmp/two_nodes.out" --wrap "$bin/zero-run $train_line" >/dev/null
+status=$?
+check "[[ $status == 0 ]] && grep -q '^zero-train: 4 ranks' $tmp/two_nodes.out && same_losses $tmp/mpirun4.out $tmp/two_nodes.out" \
+  "sbatch -N 2 --ntasks-per-node 2 + zero-run: 4 ranks with the losses of 4 on one host"
+# Stage 2 on 2 hosts x 2 ranks: in each pass (the fp32 gradients' reduce-scatter, the fp32
+# parameters' all-gather) a rank sends (H-1)/N = 1/4 of the 4 x 120,576 bytes across, and the
+# loss and the gradient norm add two 16-byte all-reduces.
+expected=$((2 * 120576 + 32))
+check "grep -q 'sent across nodes per step: $expected $expected $expected $expected bytes by rank (2 hosts)' $tmp/two_nodes.out" \
+  "the ranks found Slurm's 2 nodes and each sent $expected bytes across per step: $(grep -m1 -o 'sent across nodes.*' "$tmp/two_nodes.out")"
 [[ $fail == 0 ]] || "$slurm" logs
 exit $fail
