@@ -81,15 +81,6 @@ struct JobEnd {
   bool launch_timed_out = false;
 };
 
-void write_all(int fd, const std::string& text) {
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
 // Copies what the launcher's stderr holds now to ours, less the start markers. Returns false at
 // its end. Never waits: a launch agent that outlives a killed mpirun may hold the pipe open.
 bool relay_stderr(int fd, zero::launch::StartMarkerFilter& filter) {
@@ -99,7 +90,8 @@ bool relay_stderr(int fd, zero::launch::StartMarkerFilter& filter) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return true;
     if (n == 0) return false;
-    write_all(STDERR_FILENO, filter.feed({buffer, static_cast<size_t>(n)}));
+    const std::string passed = filter.feed({buffer, static_cast<size_t>(n)});
+    zero::launch::write_all(STDERR_FILENO, passed.data(), passed.size());
   }
 }
 
@@ -216,7 +208,8 @@ JobEnd run_launcher(const zero::launch::LaunchPlan& plan, const std::string& sta
     }
   }
   if (pipe_open) relay_stderr(err_pipe[0], filter);
-  write_all(STDERR_FILENO, filter.flush());
+  const std::string held = filter.flush();
+  zero::launch::write_all(STDERR_FILENO, held.data(), held.size());
   close(err_pipe[0]);
   end.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   end.started = filter.started();

@@ -33,6 +33,8 @@ int64_t now_ns() {
       .count();
 }
 
+}  // namespace
+
 void write_all(int fd, const char* data, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, data, n);
@@ -42,8 +44,6 @@ void write_all(int fd, const char* data, size_t n) {
     n -= static_cast<size_t>(w);
   }
 }
-
-}  // namespace
 
 void record_rank_failure(const std::string& dir, const RankFailure& f) {
   std::ofstream out(dir + "/rank." + std::to_string(f.rank) + ".status");

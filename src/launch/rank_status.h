@@ -23,6 +23,9 @@ std::vector<RankFailure> read_rank_failures(const std::string& dir);
 const RankFailure* first_failure(const std::vector<RankFailure>& failures);
 std::string describe(const RankFailure& failure);
 
+// Writes all n bytes to fd (retrying short and interrupted writes; gives up on an error).
+void write_all(int fd, const char* data, size_t n);
+
 // The rank of this process as the launcher told it (OpenMPI, PMI, PMIx, Slurm), or -1.
 int rank_from_environment();
 
