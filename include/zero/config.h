@@ -181,6 +181,13 @@ struct WatchdogConfig {
   double warning_seconds = 60;
 };
 
+// zerocpp's "bf16_compute" (its own block; DeepSpeed has none): where the matrix work of a bf16
+// model runs on the CPU (docs/precision.md). LibTorch 1.13's bf16 matmul is fast only on a CPU with
+// AVX512-BF16 or AMX-BF16; elsewhere it is ~20x slower than fp32. kFp32 widens each weight where
+// it is used (parameters, gradients and communication stay bf16). kAuto: kNative where the CPU
+// has bf16 instructions, kFp32 elsewhere. ZERO_BF16_COMPUTE=auto|native|fp32 overrides the file.
+enum class Bf16Compute { kAuto, kNative, kFp32 };
+
 struct FlopsProfilerConfig {
   bool enabled = false;
   int64_t profile_step = 1;
@@ -289,6 +296,7 @@ class Config {
   FlopsProfilerConfig flops_profiler;
   PrometheusConfig prometheus;
   WatchdogConfig watchdog;
+  Bf16Compute bf16_compute = Bf16Compute::kAuto;
   ActivationCheckpointingConfig activation_checkpointing;
 
  private:
@@ -305,6 +313,7 @@ class Config {
 };
 
 const char* to_string(OffloadDevice device);
+const char* to_string(Bf16Compute compute);  // "auto", "native", "fp32"
 const char* to_string(ValueSource source);
 
 }  // namespace zero

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "models/common/compute.h"
 #include "zero/activation_checkpoint.h"
+#include "zero/compute.h"
 #include "zero/error.h"
 
 namespace zero::gpt {
@@ -55,22 +55,19 @@ GptBlock::GptBlock(const GptShape& s) : heads(s.heads) {
   fcprojb = register_parameter("fcprojb", torch::zeros({C}));
 }
 
-using models::compute;
-
 at::Tensor GptBlock::forward(const at::Tensor& x) {
   namespace F = torch::nn::functional;
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / heads;
   at::Tensor h = F::layer_norm(x, F::LayerNormFuncOptions({C}).weight(compute(ln1w)).bias(compute(ln1b)).eps(1e-5));
-  auto qkv = F::linear(h, compute(qkvw), compute(qkvb)).split(C, 2);
+  auto qkv = zero::linear(h, qkvw, qkvb).split(C, 2);
   auto by_head = [&](const at::Tensor& t) { return t.reshape({B, T, heads, hs}).transpose(1, 2); };
   at::Tensor q = by_head(qkv[0]), k = by_head(qkv[1]), v = by_head(qkv[2]);
   at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
   at::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
   at::Tensor attended = torch::softmax(scores.masked_fill(future, -INFINITY), -1).matmul(v);
-  at::Tensor y = x + F::linear(attended.transpose(1, 2).reshape({B, T, C}), compute(attprojw), compute(attprojb));
+  at::Tensor y = x + zero::linear(attended.transpose(1, 2).reshape({B, T, C}), attprojw, attprojb);
   h = F::layer_norm(y, F::LayerNormFuncOptions({C}).weight(compute(ln2w)).bias(compute(ln2b)).eps(1e-5));
-  return y +
-         F::linear(torch::gelu(F::linear(h, compute(fcw), compute(fcb)), "tanh"), compute(fcprojw), compute(fcprojb));
+  return y + zero::linear(torch::gelu(zero::linear(h, fcw, fcb), "tanh"), fcprojw, fcprojb);
 }
 
 Gpt::Gpt(const GptShape& s) : shape(s) {
@@ -85,12 +82,12 @@ Gpt::Gpt(const GptShape& s) : shape(s) {
 at::Tensor Gpt::forward(const at::Tensor& tokens) {
   namespace F = torch::nn::functional;
   const int64_t T = tokens.size(1);
-  const at::Tensor embedding = compute(wte);  // tied: the input embedding and the output projection
-  at::Tensor x = F::embedding(tokens, embedding) + compute(wpe).narrow(0, 0, T);
+  // wte is tied: the input embedding and the output projection.
+  at::Tensor x = F::embedding(tokens, compute(wte)) + compute(wpe).narrow(0, 0, T);
   x = zero::checkpointing::run_blocks(blocks, x, checkpoint_every);
   x = F::layer_norm(x, F::LayerNormFuncOptions({shape.channels}).weight(compute(lnfw)).bias(compute(lnfb)).eps(1e-5));
   // Only the real vocabulary: the padded rows take no part in softmax or loss.
-  return x.matmul(embedding.narrow(0, 0, shape.vocab).t());
+  return zero::linear(x, wte.narrow(0, 0, shape.vocab));
 }
 
 at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -4,14 +4,12 @@
 
 #include <cmath>
 
-#include "models/common/compute.h"
 #include "zero/activation_checkpoint.h"
+#include "zero/compute.h"
 #include "zero/error.h"
 
 namespace zero::llama {
 namespace {
-
-using models::compute;
 
 class RandomWeights : public WeightSource {
  public:
@@ -45,7 +43,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 at::Tensor linear(const at::Tensor& x, const Weights& w) {
-  return torch::nn::functional::linear(x, compute(w.weight), compute(w.bias));
+  return zero::linear(x, w.weight, w.bias);
 }
 
 at::Tensor rotate_half(const at::Tensor& x) {
@@ -188,7 +186,7 @@ at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
   at::Tensor x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
   x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every);
   x = rms_norm(x, model->norm->weight, config.rms_norm_eps);
-  return torch::nn::functional::linear(x, compute(output_weight()));
+  return zero::linear(x, output_weight());
 }
 
 at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -24,6 +24,18 @@ const char* to_string(OffloadDevice device) {
   return "?";
 }
 
+const char* to_string(Bf16Compute compute) {
+  switch (compute) {
+    case Bf16Compute::kAuto:
+      return "auto";
+    case Bf16Compute::kNative:
+      return "native";
+    case Bf16Compute::kFp32:
+      return "fp32";
+  }
+  return "?";
+}
+
 const char* to_string(ValueSource source) {
   switch (source) {
     case ValueSource::kDefault:
@@ -55,6 +67,7 @@ Config Config::parse(const std::string& json_text, const std::string& origin, bo
   if (own.get_bool("strict", false)) diag.strict = true;
   c.watchdog.timeout_seconds = own.get_double("collective_timeout", 1800, 0);
   c.watchdog.warning_seconds = own.get_double("collective_warning", 60, 0);
+  c.bf16_compute = static_cast<Bf16Compute>(own.get_choice("bf16_compute", 0, {"auto", "native", "fp32"}));
   own.finish();
 
   bool is_auto = false;

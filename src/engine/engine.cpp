@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "comm/progress.h"
 #include "engine/agree.h"
+#include "engine/compute_choice.h"
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
 #include "engine/grad_reducer.h"
@@ -22,6 +24,7 @@
 #include "optim/flat_optimizer.h"
 #include "zero/allocator.h"
 #include "zero/activation_checkpoint.h"
+#include "zero/compute.h"
 #include "zero/error.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
@@ -214,6 +217,14 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       config, partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type());
   engine::verify_partitioned_units(partitioned, s.comm, dtype);
   if (config.bf16 || config.fp16.enabled) model.to(dtype);
+  // Where bf16 matrix work runs (zero/compute.h): one path on every rank.
+  const CpuFeatures cpu = cpu_features();
+  at::Tensor native = at::full({1}, cpu.native_bf16() ? 1 : 0, at::kInt);
+  s.comm.all_reduce(native, ReduceOp::kMin, {.async = false});
+  const bool every_cpu_native = native.item<int>() == 1;
+  const engine::ComputeChoice compute_choice =
+      engine::choose_bf16_compute(config.bf16_compute, std::getenv("ZERO_BF16_COMPUTE"), every_cpu_native);
+  set_bf16_compute_in_fp32(compute_choice.bf16_in_fp32);
   checkpointing::set_profiling(config.activation_checkpointing.profile);
   {
     at::NoGradGuard no_grad;
@@ -288,6 +299,20 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                           config.zero.offload_param.device != OffloadDevice::kNone;
   if (const std::string& why = s.partition->swap_warning(); !why.empty()) {
     std::fprintf(stderr, "zerocpp: warning: rank %d: %s\n", world.rank(), why.c_str());
+  }
+  if (world.rank() == 0) {
+    for (const auto& line : engine::describe_compute(compute_choice, cpu, every_cpu_native, dtype == at::kBFloat16)) {
+      std::fprintf(stderr, "zerocpp: %s\n", line.c_str());
+    }
+  }
+  if (!offloading && world.rank() == 0) {
+    const MemoryReport r = memory_report();
+    auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
+    std::fprintf(stderr,
+                 "zerocpp: per rank: parameters %.1f MB (%s), gradients %.1f MB, fp32 master %.1f MB, optimizer state "
+                 "%.1f MB\n",
+                 mb(r.parameters), dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32", mb(r.gradients),
+                 mb(r.master_weights), mb(r.optimizer_state));
   }
   if (offloading && world.rank() == 0) {
     // The memory plan of an offloaded run, before its first step (rank 0 speaks for every rank:

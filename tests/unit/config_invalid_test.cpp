@@ -68,6 +68,7 @@ const InvalidCase kCases[] = {
     {"unknown_data_types", R"({"data_types": {"grad_accum": "fp32"}})", "data_types.grad_accum", "unknown key"},
     {"lion_has_no_eps", R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})", "optimizer.params.eps",
      "unknown key"},
+    {"bf16_compute_choice", R"({"zerocpp": {"bf16_compute": "bf16"}})", "zerocpp.bf16_compute", "\"native\""},
     // cross-key rules
     {"fp16_and_bf16", R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled",
      "cannot both be enabled"},

@@ -307,3 +307,10 @@ TEST(ConfigRules, WhatDeepSpeedReadsFirstOrDrops) {
                               "fp32: unknown key, ignored, as DeepSpeed does"}));
   EXPECT_THROW(Config::parse(R"({"communication_data_type": "model"})"), ConfigError);  // not one of DeepSpeed's
 }
+
+// zerocpp's own "bf16_compute" (docs/precision.md): auto by default, either path on request.
+TEST(ValidConfig, Bf16ComputeIsAutoUnlessTheZerocppBlockSaysOtherwise) {
+  EXPECT_EQ(zero::Config::parse("{}").bf16_compute, zero::Bf16Compute::kAuto);
+  EXPECT_EQ(zero::Config::parse(R"({"zerocpp": {"bf16_compute": "fp32"}})").bf16_compute, zero::Bf16Compute::kFp32);
+  EXPECT_EQ(zero::Config::parse(R"({"zerocpp": {"bf16_compute": "native"}})").bf16_compute, zero::Bf16Compute::kNative);
+}

@@ -1,0 +1,37 @@
+// The dtype a model's matrix work runs in on the CPU, for a model whose weights are 16-bit
+// (docs/precision.md). Models call compute() on each weight where they use it and linear() for
+// their matrix multiplies; the engine decides once per process what they widen.
+//
+// LibTorch 1.13's CPU kernels have no float16 matmul, LayerNorm, GELU or softmax, and its bf16
+// matmul is fast only on a CPU with AVX512-BF16 or AMX-BF16 (oneDNN); elsewhere it is a scalar
+// fallback ~20x slower than fp32. So a float16 weight is always widened to fp32 on the CPU, and a
+// bf16 one when the engine chose fp32 compute ("zerocpp": {"bf16_compute"}, ZERO_BF16_COMPUTE,
+// or a CPU without bf16 instructions). The weights, their gradients and what travels between
+// ranks stay 16-bit: autograd narrows each gradient back into the parameter's dtype. Activations,
+// norms, softmax and the loss are then fp32. Other dtypes and devices compute as they are.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace zero {
+
+// Whether bf16 weights are widened for compute in this process. The Engine sets it from the
+// config, the environment and the CPU (engine::choose_bf16_compute); false until then.
+void set_bf16_compute_in_fp32(bool in_fp32);
+bool bf16_compute_in_fp32();
+
+// The dtype `stored` computes in on `device`: float for float16 on the CPU, and for bf16 when
+// bf16_compute_in_fp32(); otherwise `stored` itself.
+at::ScalarType compute_dtype(at::ScalarType stored, const at::Device& device);
+
+// `w` as the forward uses it: a widened copy, or `w` itself (no copy) where its dtype computes
+// as it is. For vectors and tables (norms, biases, embeddings): autograd keeps no copy alive.
+at::Tensor compute(const at::Tensor& w);
+
+// x·wᵀ + b with w and b as compute() gives them, for weight matrices. Where w is widened, the
+// widened copy is not kept for the backward: the backward widens w again. Kept, every weight's
+// fp32 copy would live from its forward to its backward: 4 bytes per parameter more than native
+// bf16, and whole weights on every rank under stage 3, which gathers and frees them.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
+}  // namespace zero
