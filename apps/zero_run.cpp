@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -278,6 +279,8 @@ int main(int argc, char** argv) {
     // Ranks write to a pseudo-terminal of mpirun's even when zero-run's output is a pipe: tell
     // them what the user's end is (zero-train draws its progress bar only on a terminal).
     o.env = {{"ZERO_STDOUT_IS_TTY", isatty(STDOUT_FILENO) ? "1" : "0"}};
+    // The bf16 compute path (docs/precision.md) must reach the ranks on other hosts too.
+    if (const char* path = std::getenv("ZERO_BF16_COMPUTE"); path && *path) o.env.emplace_back("ZERO_BF16_COMPUTE", path);
     for (auto& entry : read_env_files()) o.env.push_back(std::move(entry));
     if (collective_timeout >= 0) o.env.emplace_back("ZERO_COLLECTIVE_TIMEOUT", fmt::format("{}", collective_timeout));
     for (const auto& kv : env_flags) {

@@ -1,6 +1,7 @@
 // An independent computation of the GPT's loss straight from an llm.c checkpoint's flat weights,
-// written differently from models/gpt on purpose (explicit formulas, double precision, loops over
-// heads and positions), for the tests that check the model and the trainer against it.
+// written differently from models/gpt on purpose (explicit formulas, loops over heads and
+// positions; double precision, or fp32 for the bf16 compute test), for the tests that check the
+// model and the trainer against it.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,12 +15,12 @@
 
 namespace zero::gpt::by_hand {
 
-// The loss of an llm.c model, from its flat weights, in plain tensor arithmetic.
-inline double reference_loss(const std::vector<float>& params, const GptShape& s, const at::Tensor& tokens,
-                             const at::Tensor& targets) {
-  at::Tensor flat =
-      torch::from_blob(const_cast<float*>(params.data()), {static_cast<int64_t>(params.size())}, torch::kFloat)
-          .to(torch::kDouble);
+// The loss of an llm.c model from its flat weights (a tensor in llm.c's order), in plain tensor
+// arithmetic in the weights' dtype; differentiable, so it also gives a reference gradient.
+// `output` (defined): the output projection's copy of the tied wte, so that the gradients of the
+// two uses can be told apart.
+inline at::Tensor reference_loss_tensor(const at::Tensor& flat, const GptShape& s, const at::Tensor& tokens,
+                                        const at::Tensor& targets, const at::Tensor& output = {}) {
   std::map<std::string, at::Tensor> w;
   for (const auto& spec : checkpoint_tensors(s))
     w[spec.name] = flat.narrow(0, spec.offset, spec.numel()).view(spec.shape);
@@ -33,7 +34,7 @@ inline double reference_loss(const std::vector<float>& params, const GptShape& s
   for (int64_t l = 0; l < s.layers; ++l) {
     at::Tensor h = norm(x, w["ln1w"][l], w["ln1b"][l]);
     at::Tensor qkv = h.matmul(w["qkvw"][l].t()) + w["qkvb"][l];
-    at::Tensor attended = torch::zeros({B, T, C}, torch::kDouble);
+    at::Tensor attended = torch::zeros({B, T, C}, flat.options().requires_grad(false));
     for (int64_t head = 0; head < s.heads; ++head) {
       at::Tensor q = qkv.narrow(2, head * hs, hs), k = qkv.narrow(2, C + head * hs, hs),
                  v = qkv.narrow(2, 2 * C + head * hs, hs);
@@ -53,11 +54,20 @@ inline double reference_loss(const std::vector<float>& params, const GptShape& s
     x = x + u.matmul(w["fcprojw"][l].t()) + w["fcprojb"][l];
   }
   x = norm(x, w["lnfw"], w["lnfb"]);
-  at::Tensor logits = x.matmul(w["wte"].narrow(0, 0, s.vocab).t()).view({B * T, s.vocab});
+  at::Tensor logits = x.matmul((output.defined() ? output : w["wte"]).narrow(0, 0, s.vocab).t()).view({B * T, s.vocab});
   at::Tensor top = std::get<0>(logits.max(1, true));
   at::Tensor log_sum_exp = top.squeeze(1) + torch::log(torch::exp(logits - top).sum(1));
   at::Tensor picked = logits.gather(1, targets.reshape({-1, 1})).squeeze(1);
-  return (log_sum_exp - picked).mean().item<double>();
+  return (log_sum_exp - picked).mean();
+}
+
+// The same in double precision, from the fp32 values of a checkpoint.
+inline double reference_loss(const std::vector<float>& params, const GptShape& s, const at::Tensor& tokens,
+                             const at::Tensor& targets) {
+  at::Tensor flat =
+      torch::from_blob(const_cast<float*>(params.data()), {static_cast<int64_t>(params.size())}, torch::kFloat)
+          .to(torch::kDouble);
+  return reference_loss_tensor(flat, s, tokens, targets).item<double>();
 }
 
 }  // namespace zero::gpt::by_hand

@@ -14,14 +14,18 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 
+# DTYPE: fp32, bf16 (its compute path as "auto" chooses it on this CPU), or bf16/fp32 and
+# bf16/native: bf16 with that compute path forced (ZERO_BF16_COMPUTE, docs/precision.md).
 zerocpp_run() {  # zerocpp_run RANKS STAGE DTYPE → one JSON line like the peers'
-  local ranks=$1 stage=$2 dtype=$3 log=$tmp/zerocpp-$2-$3-$1.log
+  local ranks=$1 stage=$2 dtype=$3 log=$tmp/zerocpp-$2-${3//\//-}-$1.log
+  local path=auto
+  [[ $dtype == */* ]] && path=${dtype#*/}
   cat > "$tmp/ds.json" <<JSON
-{"train_micro_batch_size_per_gpu": $rows, "gradient_clipping": 1.0, "bf16": {"enabled": $([[ $dtype == bf16 ]] && echo true || echo false)},
+{"train_micro_batch_size_per_gpu": $rows, "gradient_clipping": 1.0, "bf16": {"enabled": $([[ $dtype == bf16* ]] && echo true || echo false)},
  "zero_optimization": {"stage": $stage, "stage3_param_persistence_threshold": 0}, "wall_clock_breakdown": true, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}}
 JSON
-  build/apps/zero-run -n "$ranks" build/apps/zero-train "${zero_model[@]}" "${zero_data[@]}" --seq-len "$seq" --config "$tmp/ds.json" \
+  ZERO_BF16_COMPUTE=$path build/apps/zero-run -n "$ranks" build/apps/zero-train "${zero_model[@]}" "${zero_data[@]}" --seq-len "$seq" --config "$tmp/ds.json" \
     --steps $((steps + warmup)) --print-every 1 --eval-every 0 --sample-every 0 --no-progress > "$log" 2>&1
   # The phases from wall_clock_breakdown's lines (rank means, ms), medians over the timed steps.
   "$python" - "$log" "$warmup" "$stage" "$dtype" "$ranks" $((rows * ranks * seq)) <<'PY'
@@ -33,8 +37,11 @@ phases = [dict((m[0], float(m[1])) for m in re.findall(r"\| (\w+): ([0-9.]+)/", 
 median = lambda xs: statistics.median_low(xs)
 rss = next(l for l in lines if l.startswith("zero-train: peak RSS"))  # the largest rank's, and rank 0's state
 losses = [float(l.split("|")[1].split()[1]) for l in lines if l.startswith("step")]
-print(json.dumps({"mode": f"zerocpp stage {stage}", "dtype": dtype, "ranks": ranks, "median_ms": median(steps),
+cpu = next(l for l in lines if l.startswith("zerocpp: CPU"))  # the engine's line: the path matrix work took
+compute = "fp32" if dtype == "fp32" or "runs in fp32" in cpu else "bf16"
+print(json.dumps({"mode": f"zerocpp stage {stage}", "dtype": dtype, "compute": compute, "ranks": ranks, "median_ms": median(steps),
                   "tokens_per_s": tokens / median(steps) * 1e3, "peak_rss_kib": int(rss.split()[3]),
+                  "rss_kib": [int(k) for k in re.search(r"per rank: ([0-9 ]+)\)", rss).group(1).split()],
                   "state_bytes": int(re.search(r"model state ([0-9]+) bytes", rss).group(1)), "first_loss": losses[0], "last_loss": losses[-1],
                   "phases_ms": {k: median([p.get(k, 0.0) for p in phases]) for k in ("fwd", "bwd", "step", "all_reduce")}}))
 PY
@@ -63,6 +70,8 @@ limits = open(sys.argv[2]).read()
 flops_per_token = float(sys.argv[3])
 peak = {dtype: float(re.search(rf"GEMM {dtype} 1024×1024×1024 \| 1 \| ([0-9.]+)", limits).group(1))
         for dtype in ("fp32", "bf16")}  # one thread's GEMM peak in each dtype
+for r in rows:
+    r.setdefault("compute", r["dtype"])
 ran = [r for r in rows if "error" not in r]
 peers = [r for r in ran if not r["mode"].startswith("zerocpp")]
 print("| run | dtype | ranks | step ms (median) | forward / backward / optimizer ms | tokens/s | model GFLOP/s per rank (MFU) "
@@ -73,14 +82,14 @@ for r in ran:
     p = r.get("phases_ms")
     phases = f"{p['fwd']:.0f} / {p['bwd']:.0f} / {p['step']:.0f}" if p else ""
     print(f"| {r['mode']} | {r['dtype']} | {r['ranks']} | {r['median_ms']:.1f} | {phases} | {r['tokens_per_s']:.0f} "
-          f"| {per_rank:.1f} ({per_rank / peak[r['dtype']]:.0%}) | {r['peak_rss_kib'] / 1024:.0f} | {r['state_bytes'] / 1e6:.2f} "
+          f"| {per_rank:.1f} ({per_rank / peak[r['compute']]:.0%}) | {r['peak_rss_kib'] / 1024:.0f} | {r['state_bytes'] / 1e6:.2f} "
           f"| {r['first_loss']:.6f} → {r['last_loss']:.6f} |")
 for r in rows:
     if "error" in r:
         print(f"| {r['mode']} | {r['dtype']} | {r['ranks']} | did not run: {r['error']} | | | | | | |")
 print()
 print(f"MFU: model FLOP/s per rank ({flops_per_token / 1e6:.2f} MFLOP per token) over one thread's GEMM peak in the "
-      f"run's dtype ({peak['fp32']:.1f} GFLOP/s fp32, {peak['bf16']:.1f} GFLOP/s bf16, below).")
+      f"dtype its matrix work ran in ({peak['fp32']:.1f} GFLOP/s fp32, {peak['bf16']:.1f} GFLOP/s bf16, below).")
 print()
 print("| zerocpp tokens/s ÷ peer tokens/s (same dtype and rank count) | " + " | ".join(f"{p['mode']} {p['dtype']} ({p['ranks']})" for p in peers) + " |")
 print("|---|" + "---|" * len(peers))
