@@ -217,13 +217,18 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       config, partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type());
   engine::verify_partitioned_units(partitioned, s.comm, dtype);
   if (config.bf16 || config.fp16.enabled) model.to(dtype);
-  // Where bf16 matrix work runs (zero/compute.h): one path on every rank.
+  // Where bf16 matrix work runs (zero/compute.h): one path on every rank. Only a bf16 model
+  // left to "auto" asks the other ranks' CPUs (4 bytes, counted like any collective).
   const CpuFeatures cpu = cpu_features();
-  at::Tensor native = at::full({1}, cpu.native_bf16() ? 1 : 0, at::kInt);
-  s.comm.all_reduce(native, ReduceOp::kMin, {.async = false});
-  const bool every_cpu_native = native.item<int>() == 1;
+  const char* bf16_env = std::getenv("ZERO_BF16_COMPUTE");
+  bool every_cpu_native = cpu.native_bf16();
+  if (dtype == at::kBFloat16 && engine::choose_bf16_compute(config.bf16_compute, bf16_env, true).asked == Bf16Compute::kAuto) {
+    at::Tensor native = at::full({1}, every_cpu_native ? 1 : 0, at::kInt);
+    s.comm.all_reduce(native, ReduceOp::kMin, {.async = false});
+    every_cpu_native = native.item<int>() == 1;
+  }
   const engine::ComputeChoice compute_choice =
-      engine::choose_bf16_compute(config.bf16_compute, std::getenv("ZERO_BF16_COMPUTE"), every_cpu_native);
+      engine::choose_bf16_compute(config.bf16_compute, bf16_env, every_cpu_native);
   set_bf16_compute_in_fp32(compute_choice.bf16_in_fp32);
   checkpointing::set_profiling(config.activation_checkpointing.profile);
   {
