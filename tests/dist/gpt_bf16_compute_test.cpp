@@ -24,7 +24,7 @@ namespace {
 const GptShape kBf16Shape{.max_seq = 16, .vocab = 50, .layers = 2, .heads = 2, .channels = 32, .padded_vocab = 64};
 constexpr int64_t kBf16Rows = 12;  // global batch: splits over 1, 2, 3 and 4 ranks
 constexpr int kBf16Steps = 8;
-constexpr double kLr = 3.0;
+constexpr double kBf16Lr = 3.0;
 
 struct Bf16Trajectory {
   std::vector<double> losses;          // global mean loss before each step
@@ -32,33 +32,33 @@ struct Bf16Trajectory {
   std::vector<at::Tensor> weights;     // llm.c order, fp32 values of the bf16 weights, after each step
 };
 
-at::Tensor initial_weights() {
+at::Tensor bf16_initial_weights() {
   torch::manual_seed(21);
   return torch::randn({checkpoint_numel(kBf16Shape)}) * 0.1;
 }
 
 // Rows of step `step`: each token mostly 3 × the previous + 1 (mod V), so the loss can fall.
-std::pair<at::Tensor, at::Tensor> batch(int step) {
+std::pair<at::Tensor, at::Tensor> bf16_batch(int step) {
   torch::manual_seed(1000 + step);
   at::Tensor rows = torch::randint(kBf16Shape.vocab, {kBf16Rows, kBf16Shape.max_seq + 1}, torch::kLong);
   for (int64_t t = 1; t <= kBf16Shape.max_seq; t += 2) rows.select(1, t).copy_((rows.select(1, t - 1) * 3 + 1) % kBf16Shape.vocab);
   return {rows.narrow(1, 0, kBf16Shape.max_seq), rows.narrow(1, 1, kBf16Shape.max_seq)};
 }
 
-std::string config(int stage, const std::string& path) {
+std::string bf16_config(int stage, const std::string& path) {
   return R"({"train_batch_size": )" + std::to_string(kBf16Rows) + R"(, "bf16": {"enabled": true},
              "zerocpp": {"bf16_compute": ")" + path + R"("}, "zero_allow_untested_optimizer": true,
              "zero_optimization": {"stage": )" + std::to_string(stage) +
          R"(, "reduce_bucket_size": 3000, "stage3_param_persistence_threshold": 0},
-             "optimizer": {"type": "SGD", "params": {"lr": )" + std::to_string(kLr) + "}}}";
+             "optimizer": {"type": "SGD", "params": {"lr": )" + std::to_string(kBf16Lr) + "}}}";
 }
 
-Bf16Trajectory run_engine(int stage, const std::string& path) {
+Bf16Trajectory run_bf16_engine(int stage, const std::string& path) {
   zero::World& world = test_world();
-  const at::Tensor start = initial_weights();
+  const at::Tensor start = bf16_initial_weights();
   Gpt model(kBf16Shape);
   load_llmc(model, {kBf16Shape, std::vector<float>(start.data_ptr<float>(), start.data_ptr<float>() + start.numel())}, "test");
-  zero::Config c = zero::Config::parse(config(stage, path));
+  zero::Config c = zero::Config::parse(bf16_config(stage, path));
   c.resolve({.world_size = world.size()});
   zero::Engine engine(model, c, world);
   EXPECT_EQ(zero::bf16_compute_in_fp32(), path == "fp32");
@@ -66,7 +66,7 @@ Bf16Trajectory run_engine(int stage, const std::string& path) {
   const int64_t rows = kBf16Rows / world.size(), first = rows * world.rank();
   Bf16Trajectory r;
   for (int step = 0; step < kBf16Steps; ++step) {
-    const auto [tokens, targets] = batch(step);
+    const auto [tokens, targets] = bf16_batch(step);
     at::Tensor loss = engine.forward([&] { return model.loss(tokens.narrow(0, first, rows), targets.narrow(0, first, rows)); });
     engine.backward(loss);
     engine.step();
@@ -102,12 +102,12 @@ std::pair<double, at::Tensor> bf16_gradient(const at::Tensor& bf16_weights, cons
 // summed in fp32 and narrowed to bf16 (the communicator reduces 16-bit floats through fp32), then
 // divided by the number of ranks in fp32; SGD on fp32 masters, which start as the bf16 weights (as
 // DeepSpeed's bf16 optimizer's do).
-Bf16Trajectory run_plain(int ranks) {
-  at::Tensor master = initial_weights().to(torch::kBFloat16).to(torch::kFloat);
+Bf16Trajectory run_bf16_plain(int ranks) {
+  at::Tensor master = bf16_initial_weights().to(torch::kBFloat16).to(torch::kFloat);
   const int64_t rows = kBf16Rows / ranks;
   Bf16Trajectory r;
   for (int step = 0; step < kBf16Steps; ++step) {
-    const auto [tokens, targets] = batch(step);
+    const auto [tokens, targets] = bf16_batch(step);
     const at::Tensor weights = master.to(torch::kBFloat16);
     at::Tensor sum = torch::zeros_like(master);
     double loss = 0;
@@ -120,19 +120,19 @@ Bf16Trajectory run_plain(int ranks) {
     const at::Tensor grad = sum.to(torch::kBFloat16).to(torch::kFloat) / ranks;
     r.losses.push_back(loss);
     r.norms.push_back(grad.norm().item<double>());
-    master -= kLr * grad;
+    master -= kBf16Lr * grad;
     r.weights.push_back(master.to(torch::kBFloat16).to(torch::kFloat));
   }
   return r;
 }
 
-struct Differences {
+struct Bf16Differences {
   double loss = 0, norm = 0;  // worst relative difference over the steps
   double weights = 0;         // worst fraction of the weights that differ after a step
 };
 
-Differences differences(const Bf16Trajectory& got, const Bf16Trajectory& want) {
-  Differences d;
+Bf16Differences bf16_differences(const Bf16Trajectory& got, const Bf16Trajectory& want) {
+  Bf16Differences d;
   for (size_t s = 0; s < want.losses.size(); ++s) {
     d.loss = std::max(d.loss, std::abs(got.losses[s] - want.losses[s]) / want.losses[s]);
     d.norm = std::max(d.norm, std::abs(got.norms[s] - want.norms[s]) / want.norms[s]);
@@ -158,10 +158,10 @@ constexpr double kLossTolerance = 1e-5, kNormTolerance = 7e-4, kWeightsTolerance
 
 TEST(GptBf16Compute, Fp32PathFollowsPlainLibTorchWithTheSameWidening) {
   unsetenv("ZERO_BF16_COMPUTE");  // the config's value is the one under test
-  const Bf16Trajectory want = run_plain(test_world().size());
+  const Bf16Trajectory want = run_bf16_plain(test_world().size());
   EXPECT_LT(want.losses.back(), want.losses.front() - 0.01) << "the loss must fall";
   for (int stage : {0, 1, 2, 3}) {
-    const Differences d = differences(run_engine(stage, "fp32"), want);
+    const Bf16Differences d = bf16_differences(run_bf16_engine(stage, "fp32"), want);
     const std::string what = "stage " + std::to_string(stage) + " at " + std::to_string(test_world().size()) + " ranks";
     EXPECT_LE(d.loss, kLossTolerance) << what;
     EXPECT_LE(d.norm, kNormTolerance) << what;
@@ -171,7 +171,7 @@ TEST(GptBf16Compute, Fp32PathFollowsPlainLibTorchWithTheSameWidening) {
                   d.norm, d.weights);
     }
   }
-  const Differences native = differences(run_engine(0, "native"), want);
+  const Bf16Differences native = bf16_differences(run_bf16_engine(0, "native"), want);
   EXPECT_GT(native.norm, kNormTolerance) << "native bf16 compute passes for the fp32 path";
   EXPECT_GT(native.weights, kWeightsTolerance) << "native bf16 compute passes for the fp32 path";
   if (test_world().rank() == 0) {
@@ -186,11 +186,11 @@ TEST(GptBf16Compute, TheEnvironmentOverridesTheConfig) {
   for (const auto& [env, fp32] : std::vector<std::pair<std::string, bool>>{{"fp32", true}, {"native", false}}) {
     setenv("ZERO_BF16_COMPUTE", env.c_str(), 1);
     Gpt model(kBf16Shape);
-    zero::Config c = zero::Config::parse(config(0, fp32 ? "native" : "fp32"));
+    zero::Config c = zero::Config::parse(bf16_config(0, fp32 ? "native" : "fp32"));
     c.resolve({.world_size = test_world().size()});
     zero::Engine engine(model, c, test_world());
     EXPECT_EQ(zero::bf16_compute_in_fp32(), fp32) << env;
-    const auto [tokens, targets] = batch(0);
+    const auto [tokens, targets] = bf16_batch(0);
     at::NoGradGuard no_grad;
     EXPECT_EQ(model.forward(tokens).scalar_type(), fp32 ? at::kFloat : at::kBFloat16) << env;
   }
