@@ -14,15 +14,12 @@ ComputeChoice choose_bf16_compute(Bf16Compute configured, const char* env, bool 
   if (env && *env) {
     std::string value = env;
     std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (value == "auto") {
-      choice.asked = Bf16Compute::kAuto;
-    } else if (value == "native") {
-      choice.asked = Bf16Compute::kNative;
-    } else if (value == "fp32") {
-      choice.asked = Bf16Compute::kFp32;
-    } else {
+    const auto paths = {Bf16Compute::kAuto, Bf16Compute::kNative, Bf16Compute::kFp32};
+    const auto named = std::find_if(paths.begin(), paths.end(), [&](Bf16Compute p) { return value == to_string(p); });
+    if (named == paths.end()) {
       throw Error(std::string("ZERO_BF16_COMPUTE=") + env + ": expected auto, native or fp32", "ZERO_BF16_COMPUTE");
     }
+    choice.asked = *named;
     choice.asked_by = "ZERO_BF16_COMPUTE";
   }
   choice.bf16_in_fp32 = choice.asked == Bf16Compute::kFp32 || (choice.asked == Bf16Compute::kAuto && !every_cpu_native);
