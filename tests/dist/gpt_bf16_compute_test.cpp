@@ -4,6 +4,7 @@
 // loss of tests/gpt_reference.h, written apart from models/gpt, in fp32), the gradient narrowed to
 // bf16, SGD without momentum on fp32 master weights, the bf16 weights rounded from the masters.
 // SGD makes each update exactly proportional to the gradient, so a wrong gradient scale shows.
+// With activation checkpointing the same runs must repeat bit for bit.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -53,10 +54,13 @@ std::string bf16_config(int stage, const std::string& path) {
              "optimizer": {"type": "SGD", "params": {"lr": )" + std::to_string(kBf16Lr) + "}}}";
 }
 
-Bf16Trajectory run_bf16_engine(int stage, const std::string& path) {
+// checkpoint_every: the GPT's activation checkpointing (k: blocks 0, k, 2k, ... recomputed in
+// backward, where zero::linear widens its weights again).
+Bf16Trajectory run_bf16_engine(int stage, const std::string& path, int64_t checkpoint_every = 0) {
   zero::World& world = test_world();
   const at::Tensor start = bf16_initial_weights();
   Gpt model(kBf16Shape);
+  model.checkpoint_every = checkpoint_every;
   load_llmc(model, {kBf16Shape, std::vector<float>(start.data_ptr<float>(), start.data_ptr<float>() + start.numel())}, "test");
   zero::Config c = zero::Config::parse(bf16_config(stage, path));
   c.resolve({.world_size = world.size()});
@@ -161,8 +165,14 @@ TEST(GptBf16Compute, Fp32PathFollowsPlainLibTorchWithTheSameWidening) {
   const Bf16Trajectory want = run_bf16_plain(test_world().size());
   EXPECT_LT(want.losses.back(), want.losses.front() - 0.01) << "the loss must fall";
   for (int stage : {0, 1, 2, 3}) {
-    const Bf16Differences d = bf16_differences(run_bf16_engine(stage, "fp32"), want);
+    const Bf16Trajectory got = run_bf16_engine(stage, "fp32");
+    const Bf16Differences d = bf16_differences(got, want);
     const std::string what = "stage " + std::to_string(stage) + " at " + std::to_string(test_world().size()) + " ranks";
+    // Every block recomputed in backward: the same arithmetic, so bit for bit the same run.
+    const Bf16Trajectory recomputed = run_bf16_engine(stage, "fp32", 1);
+    EXPECT_EQ(recomputed.losses, got.losses) << what << ", activation checkpointing";
+    EXPECT_EQ(recomputed.norms, got.norms) << what << ", activation checkpointing";
+    EXPECT_TRUE(recomputed.weights.back().equal(got.weights.back())) << what << ", activation checkpointing";
     EXPECT_LE(d.loss, kLossTolerance) << what;
     EXPECT_LE(d.norm, kNormTolerance) << what;
     EXPECT_LE(d.weights, kWeightsTolerance) << what;
