@@ -13,18 +13,20 @@
 namespace zero::finetune {
 namespace {
 
-using nlohmann::json;
+// The DeepSpeed document; key order does not matter here (a distinct name: unity batches put this file
+// beside chat_example.cpp, whose json is the ordered one).
+using ConfigJson = nlohmann::json;
 
 // Reconciles one flag with the config value at `pointer` (a JSON pointer).
 class Reconciler {
  public:
-  Reconciler(json document, const TrainingArguments& given) : document_(std::move(document)), given_(given) {}
+  Reconciler(ConfigJson document, const TrainingArguments& given) : document_(std::move(document)), given_(given) {}
 
   template <class T>
   void key(const char* pointer, const char* flag, T& value) {
-    const json::json_pointer at(pointer);
+    const ConfigJson::json_pointer at(pointer);
     if (!document_.contains(at)) return;
-    const json& v = document_.at(at);
+    const ConfigJson& v = document_.at(at);
     if (v.is_string() && v.get<std::string>() == "auto") return;
     T from_config;
     if constexpr (std::is_same_v<T, bool>) {
@@ -65,7 +67,7 @@ class Reconciler {
     if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
     else return fmt::format("{}", value);
   }
-  json document_;
+  ConfigJson document_;
   const TrainingArguments& given_;
   std::vector<std::string> mismatches_, notes_;
 };
@@ -74,7 +76,7 @@ class Reconciler {
 
 TrainingArguments reconcile_with_config(const TrainingArguments& args, std::vector<std::string>& notes) {
   TrainingArguments out = args;
-  Reconciler r(json::parse(Config::document_as_json(args.deepspeed)), args);
+  Reconciler r(ConfigJson::parse(Config::document_as_json(args.deepspeed)), args);
   r.key("/train_micro_batch_size_per_gpu", "per_device_train_batch_size", out.per_device_train_batch_size);
   r.key("/gradient_accumulation_steps", "gradient_accumulation_steps", out.gradient_accumulation_steps);
   r.key("/gradient_clipping", "max_grad_norm", out.max_grad_norm);

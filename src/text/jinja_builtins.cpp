@@ -14,8 +14,6 @@
 namespace zero::text::jinja {
 namespace {
 
-[[noreturn]] void fail(std::string message) { throw EvalError{std::move(message)}; }
-
 const std::string& text_arg(const Args& args, size_t i, const char* method) {
   if (i >= args.positional.size() || args.positional[i].kind != Kind::String)
     fail(std::string(method) + "() takes a string argument");

@@ -26,8 +26,6 @@ struct Scope {
 
 enum class Flow { Normal, Break, Continue };
 
-[[noreturn]] void fail(std::string message) { throw EvalError{std::move(message)}; }
-
 Value binary_numbers(const std::string& op, const Value& l, const Value& r) {
   const double a = l.number, b = r.number;
   const bool floating = l.kind == Kind::Float || r.kind == Kind::Float;

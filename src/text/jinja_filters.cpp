@@ -11,8 +11,6 @@
 namespace zero::text::jinja {
 namespace {
 
-[[noreturn]] void fail(std::string message) { throw EvalError{std::move(message)}; }
-
 [[noreturn]] void not_for(const std::string& filter, const Value& operand) {
   fail("filter '" + filter + "' does not apply to a " + kind_name(operand.kind));
 }

@@ -21,6 +21,7 @@ namespace zero::text::jinja {
 struct EvalError {
   std::string message;
 };
+[[noreturn]] inline void fail(std::string message) { throw EvalError{std::move(message)}; }
 
 enum class Kind { Undefined, Null, Bool, Int, Float, String, Array, Object, Namespace, Function };
 

@@ -15,11 +15,11 @@ using zero::engine::ReducerOptions;
 
 namespace {
 
-const std::vector<std::vector<int64_t>> kShapes = {{7, 3}, {5}, {4, 6}, {11}, {2, 9}, {13}};
+const std::vector<std::vector<int64_t>> kReducerShapes = {{7, 3}, {5}, {4, 6}, {11}, {2, 9}, {13}};
 
 // What rank r's backward produces for parameter i in micro-step m: small integers, exact in bf16.
 at::Tensor gradient(int r, int m, size_t i) {
-  const auto& shape = kShapes[i];
+  const auto& shape = kReducerShapes[i];
   int64_t n = 1;
   for (auto d : shape) n *= d;
   return ((torch::arange(n, torch::kLong) + 3 * r + 5 * m + 7 * static_cast<int64_t>(i)) % 9 - 4)
@@ -29,7 +29,7 @@ at::Tensor gradient(int r, int m, size_t i) {
 // Parameter 3 never gets a gradient; parameter 2 only in even micro-steps.
 bool used(size_t i, int m) { return i != 3 && !(i == 2 && m % 2 == 1); }
 
-struct Case {
+struct ReducerCase {
   int stage, ranks, accumulation;
   bool overlap;
   at::ScalarType dtype;
@@ -39,7 +39,7 @@ struct Case {
   }
 };
 
-ReducerOptions options_for(const Case& c) {
+ReducerOptions options_for(const ReducerCase& c) {
   ReducerOptions o;
   o.gradients = c.stage >= 2 ? ReducerOptions::Gradients::kStreamedIntoShards : ReducerOptions::Gradients::kInBucketBuffers;
   o.whole_buckets = c.stage == 0;
@@ -55,11 +55,11 @@ struct RankResult {
   zero::OpStats reduce_scatters, all_reduces;
 };
 
-RankResult run_rank(const Case& c, zero::Communicator& comm, int r) {
+RankResult run_rank(const ReducerCase& c, zero::Communicator& comm, int r) {
   std::vector<at::Tensor> params;
   std::vector<int> groups;
-  for (size_t i = 0; i < kShapes.size(); ++i) {
-    params.push_back(torch::zeros(kShapes[i], c.dtype).requires_grad_(true));
+  for (size_t i = 0; i < kReducerShapes.size(); ++i) {
+    params.push_back(torch::zeros(kReducerShapes[i], c.dtype).requires_grad_(true));
     groups.push_back(static_cast<int>(i / 2));  // stage 3: units of two parameters
   }
   const int partitions = c.stage == 0 ? 1 : c.ranks;
@@ -93,13 +93,13 @@ RankResult run_rank(const Case& c, zero::Communicator& comm, int r) {
 }
 
 // The expected owned gradient, placed by the layout's fragments (not by the reducer's views).
-at::Tensor expected_owned(const Case& c, int r, int step = 0) {
+at::Tensor expected_owned(const ReducerCase& c, int r, int step = 0) {
   std::vector<int64_t> numels;
-  for (const auto& shape : kShapes) numels.push_back(c10::multiply_integers(shape));
+  for (const auto& shape : kReducerShapes) numels.push_back(c10::multiply_integers(shape));
   std::vector<at::Tensor> params;
   std::vector<int> groups;
-  for (size_t i = 0; i < kShapes.size(); ++i) {
-    params.push_back(torch::zeros(kShapes[i], c.dtype).requires_grad_(true));
+  for (size_t i = 0; i < kReducerShapes.size(); ++i) {
+    params.push_back(torch::zeros(kReducerShapes[i], c.dtype).requires_grad_(true));
     groups.push_back(static_cast<int>(i / 2));
   }
   const int partitions = c.stage == 0 ? 1 : c.ranks;
@@ -107,7 +107,7 @@ at::Tensor expected_owned(const Case& c, int r, int step = 0) {
   FlatParams flat(params, partitions, c.stage == 3 ? zero::engine::kWholeGroupBucket : 40,
                   c.stage == 3 ? groups : std::vector<int>{});
   at::Tensor expected = torch::zeros({flat.layout().owned_numel()}, torch::kDouble);
-  for (size_t i = 0; i < kShapes.size(); ++i) {
+  for (size_t i = 0; i < kReducerShapes.size(); ++i) {
     at::Tensor sum = torch::zeros({numels[i]}, torch::kDouble);
     for (int rank = 0; rank < c.ranks; ++rank)
       for (int m = 0; m < c.accumulation; ++m)
@@ -126,7 +126,7 @@ TEST(GradReducer, MatchesTheLocalSumAtStagesZeroToThreeWithOneToFourRanks) {
       for (int accumulation : {1, 2})
         for (bool overlap : {false, true})
           for (auto dtype : {at::kFloat, at::kBFloat16}) {
-            const Case c{stage, ranks, accumulation, overlap, dtype};
+            const ReducerCase c{stage, ranks, accumulation, overlap, dtype};
             SCOPED_TRACE(c.label());
             auto group = zero::comm_detail::make_thread_group(ranks);
             std::vector<RankResult> results(static_cast<size_t>(ranks));
@@ -160,13 +160,13 @@ TEST(GradReducer, MatchesTheLocalSumAtStagesZeroToThreeWithOneToFourRanks) {
 
 TEST(GradReducer, PredivideAndAWireDtypeKeepTheAverage) {
   for (int stage : {0, 1, 2}) {
-    const Case c{stage, 4, 2, true, at::kFloat};
+    const ReducerCase c{stage, 4, 2, true, at::kFloat};
     SCOPED_TRACE(c.label());
     auto group = zero::comm_detail::make_thread_group(4);
     std::vector<at::Tensor> owned(4);
     zero::comm_detail::run_on_threads(4, [&](int r) {
       std::vector<at::Tensor> params;
-      for (const auto& shape : kShapes) params.push_back(torch::zeros(shape).requires_grad_(true));
+      for (const auto& shape : kReducerShapes) params.push_back(torch::zeros(shape).requires_grad_(true));
       FlatParams flat(params, stage == 0 ? 1 : 4, 40);
       ReducerOptions o = options_for(c);
       o.prescale = true;

@@ -29,7 +29,7 @@ zero::OptimizerConfig sgd(double lr) {
   return c;
 }
 
-struct Case {
+struct PartitionCase {
   int ranks, stage;
   at::ScalarType dtype;
   int64_t allgather_bucket_size;
@@ -37,7 +37,7 @@ struct Case {
 
 // Every rank: parameters, a partition, one SGD step with gradient g = the parameter's index + 1
 // everywhere; returns the parameters afterwards.
-std::vector<at::Tensor> train_one_step(const Case& c, zero::Communicator& comm, int64_t* master_bytes,
+std::vector<at::Tensor> train_one_step(const PartitionCase& c, zero::Communicator& comm, int64_t* master_bytes,
                                        int64_t* gradient_bytes, bool* master_matches) {
   std::vector<at::Tensor> params;
   for (size_t i = 0; i < kShapes.size(); ++i) params.push_back(initial(i).to(c.dtype).requires_grad_(true));
@@ -73,7 +73,7 @@ TEST(Partition, OneSgdStepReachesEveryRanksParameters) {
     for (int stage : {0, 1, 2})
       for (auto dtype : {at::kFloat, at::kBFloat16})
         for (int64_t allgather : {int64_t{0}, int64_t{12}}) {
-          const Case c{ranks, stage, dtype, allgather};
+          const PartitionCase c{ranks, stage, dtype, allgather};
           SCOPED_TRACE(std::to_string(ranks) + " ranks, stage " + std::to_string(stage) + ", " +
                        c10::toString(dtype) + ", allgather_bucket_size " + std::to_string(allgather));
           auto group = zero::comm_detail::make_thread_group(ranks);

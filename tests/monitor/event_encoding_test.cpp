@@ -23,7 +23,7 @@ std::string bytes(std::initializer_list<unsigned> values) {
   return out;
 }
 
-std::string read_file(const std::filesystem::path& path) {
+std::string read_event_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
 }
@@ -83,12 +83,12 @@ TEST(TensorBoardMonitor, WritesAVersionedFileVisibleAfterEachBatch) {
   EXPECT_EQ(name.rfind("events.out.tfevents.", 0), 0u) << name;
   EXPECT_EQ(name.substr(30, 1), ".") << "ten digits of seconds: " << name;
 
-  std::string header = read_file(monitor.file());
+  std::string header = read_event_file(monitor.file());
   ASSERT_EQ(header.size(), 12u + 24u + 4u);
   EXPECT_EQ(header.substr(12 + 9, 15), bytes({0x1A, 0x0D}) + "brain.Event:2");
 
   monitor.write_events({{"Train/Samples/lr", 0.25, 300}});  // no destructor, no flush call: on disk now
-  std::string after = read_file(monitor.file());
+  std::string after = read_event_file(monitor.file());
   ASSERT_EQ(after.size(), header.size() + 12 + 39 + 4);
   std::string event = after.substr(header.size() + 12, 39);
   EXPECT_EQ(event.substr(9), bytes({0x10, 0xAC, 0x02, 0x2A, 0x19, 0x0A, 0x17, 0x0A, 0x10}) + "Train/Samples/lr" +

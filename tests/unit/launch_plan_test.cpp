@@ -80,7 +80,7 @@ TEST(LaunchPlan, RootAndOversubscription) {
   o.as_root = true;
   LaunchPlan p = plan_launch(o);
   EXPECT_EQ(shell_join(p.argv),
-            "mpirun --allow-run-as-root --oversubscribe --bind-to none --mca odls_base_signal_direct_children_only 1 -np 4 " + kLocalEnv + " " + kWrapped);
+            "mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1 --bind-to none --mca odls_base_signal_direct_children_only 1 -np 4 " + kLocalEnv + " " + kWrapped);
   ASSERT_EQ(p.warnings.size(), 1u);
   EXPECT_NE(p.warnings[0].find("oversubscribing"), std::string::npos);
 }

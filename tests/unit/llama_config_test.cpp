@@ -17,7 +17,7 @@ namespace {
 
 LlamaConfig parse(const std::string& text) { return parse_llama_config(nlohmann::json::parse(text), "config.json"); }
 
-std::string error_of(const std::string& text) {
+std::string llama_config_error(const std::string& text) {
   try {
     parse(text);
   } catch (const zero::Error& e) {
@@ -75,24 +75,24 @@ TEST(LlamaConfig, DefaultsAreTransformers) {
 }
 
 TEST(LlamaConfig, WhatIsNotComputedIsRefusedByName) {
-  EXPECT_NE(error_of("{" + kBase + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})").find("rope_scaling.rope_type"),
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})").find("rope_scaling.rope_type"),
             std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0}})").find("\"dynamic\""),
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0}})").find("\"dynamic\""),
             std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "hidden_act": "gelu"})").find("hidden_act"), std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "attention_dropout": 0.1})").find("attention_dropout"), std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "pretraining_tp": 2})").find("pretraining_tp"), std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "quantization_config": {"bits": 4}})").find("quantization_config"),
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "hidden_act": "gelu"})").find("hidden_act"), std::string::npos);
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "attention_dropout": 0.1})").find("attention_dropout"), std::string::npos);
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "pretraining_tp": 2})").find("pretraining_tp"), std::string::npos);
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "quantization_config": {"bits": 4}})").find("quantization_config"),
             std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "mystery_knob": 3})").find("mystery_knob"), std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "num_key_value_heads": 3})").find("num_key_value_heads"), std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type": "gemma"})").find("model_type: \"gemma\""), std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]})")
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "mystery_knob": 3})").find("mystery_knob"), std::string::npos);
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "num_key_value_heads": 3})").find("num_key_value_heads"), std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "gemma"})").find("model_type: \"gemma\""), std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]})")
                 .find("architectures"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model_type": "qwen2", "use_sliding_window": true})").find("use_sliding_window"),
+  EXPECT_NE(llama_config_error(R"({"model_type": "qwen2", "use_sliding_window": true})").find("use_sliding_window"),
             std::string::npos);
-  EXPECT_NE(error_of("{" + kBase + R"(, "rope_scaling": {"rope_type": "llama3"}})").find("rope_scaling.factor"),
+  EXPECT_NE(llama_config_error("{" + kBase + R"(, "rope_scaling": {"rope_type": "llama3"}})").find("rope_scaling.factor"),
             std::string::npos);
 }
 

@@ -29,7 +29,7 @@ std::string command(const LaunchOptions& o, const SlurmAllocation& a = allocatio
 }
 
 const std::string kSrun = "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=none";
-const std::string kWrapped = "/bin/zero-run --rank-wrapper --status-dir /tmp/s -- ./train --config ds.json";
+const std::string kSrunWrapped = "/bin/zero-run --rank-wrapper --status-dir /tmp/s -- ./train --config ds.json";
 
 void expect_error(const LaunchOptions& o, const std::string& fragment, const std::string& subject) {
   try {
@@ -84,27 +84,27 @@ TEST(SlurmAllocation, FromTheEnvironment) {
 TEST(SlurmPlan, SrunCommandForDeepSpeedFlags) {
   LaunchOptions o = options();
   const std::string env = "env MASTER_ADDR=gpu01 MASTER_PORT=29500 ";
-  EXPECT_EQ(command(o), env + kSrun + " " + kWrapped);
+  EXPECT_EQ(command(o), env + kSrun + " " + kSrunWrapped);
   EXPECT_EQ(plan_srun(o, allocation()).total_procs, 8);  // the allocation's -n
   EXPECT_EQ(plan_srun(o, allocation(-1)).total_procs, 4);  // srun's default: one per node
 
   o.num_procs = 6;
-  EXPECT_EQ(command(o), env + kSrun + " -n 6 " + kWrapped);
+  EXPECT_EQ(command(o), env + kSrun + " -n 6 " + kSrunWrapped);
   EXPECT_EQ(plan_srun(o, allocation()).total_procs, 6);
 
   o = options();
   o.num_nodes = 2;
   o.num_gpus = 4;
-  EXPECT_EQ(command(o), env + kSrun + " --nodes 2 --ntasks-per-node 4 " + kWrapped);
+  EXPECT_EQ(command(o), env + kSrun + " --nodes 2 --ntasks-per-node 4 " + kSrunWrapped);
   EXPECT_EQ(plan_srun(o, allocation()).total_procs, 8);
   EXPECT_EQ(plan_srun(o, allocation()).hosts.size(), 2u);
 
   o = options();
   o.include = "gpu02@gpu04";
-  EXPECT_EQ(command(o), "env MASTER_ADDR=gpu02 MASTER_PORT=29500 " + kSrun + " --nodelist gpu02,gpu04 " + kWrapped);
+  EXPECT_EQ(command(o), "env MASTER_ADDR=gpu02 MASTER_PORT=29500 " + kSrun + " --nodelist gpu02,gpu04 " + kSrunWrapped);
   o = options();
   o.exclude = "gpu01";
-  EXPECT_EQ(command(o), "env MASTER_ADDR=gpu02 MASTER_PORT=29500 " + kSrun + " --exclude gpu01 " + kWrapped);
+  EXPECT_EQ(command(o), "env MASTER_ADDR=gpu02 MASTER_PORT=29500 " + kSrun + " --exclude gpu01 " + kSrunWrapped);
   EXPECT_EQ(plan_srun(o, allocation()).hosts.size(), 3u);
 
   // --env and --launcher_args; a value with a comma travels whole (srun's --export would split it).
