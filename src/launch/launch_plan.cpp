@@ -102,7 +102,7 @@ LaunchPlan plan_launch(const LaunchOptions& o) {
   const bool single_context = local && plan.hosts.size() == 1 && is_first_slots(plan.hosts[0]);
   if (local && plan.total_procs > o.local_cpus) {
     // A rank waiting in a collective yields its core to one that works: OpenMPI busy-polls
-    // otherwise, and with more ranks than cores a step took 2-5x as long (docs/launcher.md).
+    // otherwise: with 3 ranks on 2 cores the engine's tests took 5x as long (docs/launcher.md).
     argv.insert(argv.end(), {"--oversubscribe", "--mca", "mpi_yield_when_idle", "1"});
     plan.warnings.push_back(fmt::format("{} processes on {} core(s): oversubscribing; use one thread per rank",
                                         plan.total_procs, o.local_cpus));
