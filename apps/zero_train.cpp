@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model_dir,
                  "train a Hugging Face model directory (config.json + safetensors: Llama, Mistral, Qwen2)")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--device", o.device,
+                 "where the model trains: cpu, cuda (each rank on the GPU of its local rank) or cuda:N")
+      ->capture_default_str();
   std::string max_shard = "0";
   app.add_option("--max-shard-size", max_shard,
                  "with --model --export: shards of at most this size (\"5GB\", \"500MB\", \"2GiB\", bytes; 0: one file)")

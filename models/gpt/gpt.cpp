@@ -63,7 +63,7 @@ at::Tensor GptBlock::forward(const at::Tensor& x) {
   auto by_head = [&](const at::Tensor& t) { return t.reshape({B, T, heads, hs}).transpose(1, 2); };
   at::Tensor q = by_head(qkv[0]), k = by_head(qkv[1]), v = by_head(qkv[2]);
   at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  at::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);
+  at::Tensor future = torch::ones({T, T}, torch::TensorOptions(torch::kBool).device(x.device())).triu(1);
   at::Tensor attended = torch::softmax(scores.masked_fill(future, -INFINITY), -1).matmul(v);
   at::Tensor y = x + zero::linear(attended.transpose(1, 2).reshape({B, T, C}), attprojw, attprojb);
   h = F::layer_norm(y, F::LayerNormFuncOptions({C}).weight(compute(ln2w)).bias(compute(ln2b)).eps(1e-5));

@@ -81,8 +81,9 @@ Config load_config(const TrainerOptions& o, const World& world, int64_t hidden_s
   return config;
 }
 
-at::Tensor to_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t seq) {
-  return torch::tensor(values, torch::kInt).to(torch::kLong).view({rows, seq});
+// A batch on the device the model trains on (--device).
+at::Tensor to_tensor(const std::vector<int32_t>& values, int64_t rows, int64_t seq, at::Device device) {
+  return torch::tensor(values, torch::kInt).to(device, torch::kLong).view({rows, seq});
 }
 
 struct Run {
@@ -92,6 +93,7 @@ struct Run {
   Engine& engine;
   Data& data;
   int64_t seq, global_rows;
+  at::Device device;
 
   double evaluate() {
     torch::NoGradGuard no_grad;
@@ -101,7 +103,7 @@ struct Run {
     double sum = 0;
     for (int64_t i = 0; i < batches; ++i) {
       Batch mine = val.rank_rows(val.batch(i, global_rows, seq), world.rank(), world.size());
-      at::Tensor x = to_tensor(mine.inputs, mine.rows, seq), y = to_tensor(mine.targets, mine.rows, seq);
+      at::Tensor x = to_tensor(mine.inputs, mine.rows, seq, device), y = to_tensor(mine.targets, mine.rows, seq, device);
       sum += engine.forward([&] { return model.loss(x, y); }).item<double>();
     }
     engine.train();
@@ -125,7 +127,7 @@ struct Run {
     sample.seed = options.sample.seed + static_cast<uint64_t>(step);
     engine.eval();
     const std::vector<int64_t> tokens =
-        generate([&](const at::Tensor& t) { return model.logits(t); }, model.max_seq(), prompt, sample);
+        generate([&](const at::Tensor& t) { return model.logits(t.to(device)).cpu(); }, model.max_seq(), prompt, sample);
     engine.train();
     const bool prompt_is_eot = prompt.size() == 1 && tokenizer.eot() >= 0 && prompt[0] == tokenizer.eot();
     return Tokenizer::printable(
@@ -214,6 +216,14 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   models::TrainableModel& model = *built;
   checkpoint.reset();  // the llm.c weights are in the model now
   model.set_checkpoint_every(options.checkpoint_every);
+  // --device: the model moves there before the engine is built; each rank takes the GPU of its
+  // local rank when the device names no index ("cuda").
+  at::Device device(options.device.empty() ? "cpu" : options.device);
+  if (device.is_cuda() && !device.has_index()) {
+    const int gpus = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank() % gpus));
+  }
+  model.module().to(device);
   Engine engine(model.module(), config, world);
   // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
   engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = model.flops_per_token(seq) * seq});
@@ -221,7 +231,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   // Face directory: one layer whole at a time; bench/llama_load_memory.sh).
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
-  Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation};
+  Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation, device};
 
   Report report(out, options.progress_bar, options.steps);
   report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, {} ({} parameters)", world.size(),
@@ -276,7 +286,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
     for (int64_t m = 0; m < accumulation; ++m) {
       Batch global = data.train.batch(step * accumulation + m, run.global_rows, seq, options.shuffle);
       Batch mine = data.train.rank_rows(global, world.rank(), world.size());
-      at::Tensor x = to_tensor(mine.inputs, micro, seq), y = to_tensor(mine.targets, micro, seq);
+      at::Tensor x = to_tensor(mine.inputs, micro, seq, run.device), y = to_tensor(mine.targets, micro, seq, run.device);
       at::Tensor loss = engine.forward([&] { return model.loss(x, y); });
       engine.backward(loss);
       engine.step();

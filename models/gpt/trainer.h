@@ -33,6 +33,9 @@ struct TrainerOptions {
   // (0: one file).
   std::string model_dir;
   uint64_t hf_max_shard_bytes = 0;
+  // Where the model trains: "cpu" (default), "cuda" (each rank on the GPU of its local rank) or
+  // "cuda:N".
+  std::string device;
   GptShape shape{.max_seq = 128, .vocab = 256, .layers = 4, .heads = 4, .channels = 128, .padded_vocab = 0};
   // Training data: llm.c shards (a glob), or the bytes of a text file; neither: the built-in corpus.
   std::string train_data, text;

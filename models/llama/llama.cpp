@@ -1,6 +1,7 @@
 #include "models/llama/llama.h"
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 
@@ -84,8 +85,9 @@ Weights::Weights(WeightSource& source, const std::string& prefix, const std::vec
 
 RotaryTables::RotaryTables(const LlamaConfig& config) : inv_freq_(inverse_frequencies(config)) {}
 
-std::pair<at::Tensor, at::Tensor> RotaryTables::cos_sin(int64_t seq, at::ScalarType dtype) {
+std::pair<at::Tensor, at::Tensor> RotaryTables::cos_sin(int64_t seq, at::ScalarType dtype, at::Device device) {
   if (!cos_.defined() || cos_.size(0) != seq) {
+    cos_cast_ = sin_cast_ = at::Tensor();
     torch::NoGradGuard no_grad;
     const at::Tensor positions = torch::arange(seq, torch::kLong).to(torch::kFloat);
     const at::Tensor freqs = positions.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, D/2], one rounding each
@@ -93,7 +95,12 @@ std::pair<at::Tensor, at::Tensor> RotaryTables::cos_sin(int64_t seq, at::ScalarT
     cos_ = angles.cos();
     sin_ = angles.sin();
   }
-  return {cos_.to(dtype), sin_.to(dtype)};
+  if (device.is_cpu()) return {cos_.to(dtype), sin_.to(dtype)};
+  if (!cos_cast_.defined() || cos_cast_.device() != device || cos_cast_.scalar_type() != dtype) {
+    cos_cast_ = cos_.to(device, dtype);
+    sin_cast_ = sin_.to(device, dtype);
+  }
+  return {cos_cast_, sin_cast_};
 }
 
 LlamaAttention::LlamaAttention(const LlamaConfig&, WeightSource& source, const std::vector<HfTensor>& tensors,
@@ -129,25 +136,42 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = config.num_attention_heads, KV = config.num_key_value_heads, D = config.head_dim, G = H / KV;
   const at::Tensor h = rms_norm(x, input_layernorm->weight, config.rms_norm_eps);
-  const auto [cos, sin] = rope->cos_sin(T, h.scalar_type());
+  const auto [cos, sin] = rope->cos_sin(T, h.scalar_type(), h.device());
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
   at::Tensor q = heads(linear(h, *self_attn->q_proj), H), k = heads(linear(h, *self_attn->k_proj), KV);
   const at::Tensor v = heads(linear(h, *self_attn->v_proj), KV);
   q = q * cos + rotate_half(q) * sin;  // [B, H, T, D], contiguous
   k = k * cos + rotate_half(k) * sin;
+  const at::Tensor attended = attention(q, k, v, T, G, x.device());
+  const at::Tensor y = x + linear(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
+  const at::Tensor n2 = rms_norm(y, post_attention_layernorm->weight, config.rms_norm_eps);
+  return y + linear(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
+}
+
+// Causal grouped-query attention of q [B, H, T, D] over k, v [B, KV, T, D] → [B, H, T, D].
+at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T,
+                                        int64_t G, at::Device device) const {
+  const bool windowed = config.sliding_window > 0 && T > config.sliding_window;
+#if TORCH_VERSION_MAJOR >= 2
+  // On a GPU, LibTorch 2's fused attention (flash or memory-efficient kernels, as transformers'
+  // "sdpa" attention uses): no [T, T] scores in memory. Key/value heads are repeated for the
+  // query heads that share them (transformers' repeat_kv).
+  if (!device.is_cpu() && !windowed) {
+    return at::scaled_dot_product_attention(q, G == 1 ? k : k.repeat_interleave(G, 1),
+                                            G == 1 ? v : v.repeat_interleave(G, 1), {}, 0.0, true);
+  }
+#endif
+  const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), D = q.size(3);
   // Grouped-query attention: query heads g·G..g·G+G-1 share key/value head g (transformers'
   // repeat_kv), so the G heads' rows stack into one [G·T, D] matrix per key/value head and k, v
   // are used as they are.
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor scores = q.reshape({B, KV, G * T, D}).matmul(k.transpose(-2, -1)).view({B, H, T, T}) * scale;
-  at::Tensor blocked = torch::ones({T, T}, torch::kBool).triu(1);  // a key after the query
-  if (config.sliding_window > 0 && T > config.sliding_window)
-    blocked = blocked | torch::ones({T, T}, torch::kBool).tril(-config.sliding_window);  // too far before it
+  const auto mask_options = torch::TensorOptions(torch::kBool).device(device);
+  at::Tensor blocked = torch::ones({T, T}, mask_options).triu(1);  // a key after the query
+  if (windowed) blocked = blocked | torch::ones({T, T}, mask_options).tril(-config.sliding_window);  // too far before it
   const at::Tensor probs = torch::softmax(scores.masked_fill(blocked, -INFINITY), -1, at::kFloat).to(q.scalar_type());
-  const at::Tensor attended = probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
-  const at::Tensor y = x + linear(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
-  const at::Tensor n2 = rms_norm(y, post_attention_layernorm->weight, config.rms_norm_eps);
-  return y + linear(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
+  return probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype) {

@@ -50,11 +50,13 @@ struct Weights : torch::nn::Module {
 class RotaryTables {
  public:
   explicit RotaryTables(const LlamaConfig& config);
-  std::pair<at::Tensor, at::Tensor> cos_sin(int64_t seq, at::ScalarType dtype);
+  // [seq, head_dim] in `dtype` on `device` (computed in fp32 on the CPU, converted once).
+  std::pair<at::Tensor, at::Tensor> cos_sin(int64_t seq, at::ScalarType dtype, at::Device device = at::kCPU);
   const at::Tensor& inv_freq() const { return inv_freq_; }
 
  private:
   at::Tensor inv_freq_, cos_, sin_;
+  at::Tensor cos_cast_, sin_cast_;  // the last conversion asked for: every layer asks for the same
 };
 
 struct LlamaAttention : torch::nn::Module {
@@ -72,6 +74,8 @@ struct LlamaDecoderLayer : torch::nn::Module {
   LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, WeightSource& source,
                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype);
   at::Tensor forward(const at::Tensor& x);
+  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T, int64_t G,
+                       at::Device device) const;
 
   const LlamaConfig& config;
   std::shared_ptr<RotaryTables> rope;

@@ -107,7 +107,10 @@ class NcclCommunicator : public Communicator {
   int size() const override { return bootstrap_->size(); }
   std::string backend() const override { return "nccl"; }
 
+  // Host tensors (an engine's small control values: norms, overflow flags, counters) take the
+  // MPI world NCCL was bootstrapped from; device tensors take NCCL.
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, const CollectiveOptions& options) override {
+    if (tensor.is_cpu()) return bootstrap_->all_reduce(tensor, op, options);
     bootstrap_->validate(
         CollectiveOp::kAllReduce, [&] { check_device(CollectiveOp::kAllReduce, "input", tensor); }, &tensor,
         tensor.numel(), static_cast<int64_t>(op));
@@ -119,6 +122,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                                        const CollectiveOptions& options) override {
+    if (input.is_cpu() && output.is_cpu()) return bootstrap_->reduce_scatter(input, output, op, options);
     if (options.quantize_bits) return comm_detail::quantized_reduce_scatter(*this, input, output, op, options);
     bootstrap_->validate(
         CollectiveOp::kReduceScatter,
@@ -144,6 +148,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> all_gather(const at::Tensor& input, const at::Tensor& output,
                                    const CollectiveOptions& options) override {
+    if (input.is_cpu() && output.is_cpu()) return bootstrap_->all_gather(input, output, options);
     if (options.quantize_bits) return comm_detail::quantized_all_gather(*this, input, output, options);
     bootstrap_->validate(
         CollectiveOp::kAllGather,
@@ -159,6 +164,7 @@ class NcclCommunicator : public Communicator {
   }
 
   std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root, const CollectiveOptions& options) override {
+    if (tensor.is_cpu()) return bootstrap_->broadcast(tensor, root, options);
     bootstrap_->validate(
         CollectiveOp::kBroadcast,
         [&] {
@@ -174,6 +180,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
                                    const CollectiveOptions& options) override {
+    if (input.is_cpu() && output.is_cpu()) return bootstrap_->all_to_all(input, output, options);
     bootstrap_->validate(
         CollectiveOp::kAllToAll,
         [&] {

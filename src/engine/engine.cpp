@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "comm/device_communicator.h"
 #include "comm/progress.h"
 #include "engine/agree.h"
 #include "engine/compute_choice.h"
@@ -113,6 +114,12 @@ std::optional<engine::SwapOptions> param_swap_options(const Config& config, int 
   return swap_under(o.nvme_path, o.buffer_count, config, rank);
 }
 
+at::Device model_device(torch::nn::Module& model) {
+  for (const auto& p : model.parameters())
+    if (p.requires_grad()) return p.device();
+  return at::kCPU;
+}
+
 // The distinct trainable parameters in registration order (a tied parameter appears once).
 std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) {
   std::vector<at::Tensor> params;
@@ -193,7 +200,10 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
 
 Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups) {
   check_config(config, world);
-  state_ = std::make_unique<State>(config, world);
+  // The model trains where its parameters are (moved there before the engine is built, as
+  // DeepSpeed's engine finds the model on its device); the engine's buffers follow them.
+  const at::Device device = model_device(model);
+  state_ = std::make_unique<State>(config, world, make_device_communicator(world, device));
   State& s = *state_;
   s.model = &model;
   // What the config reader warned about (keys DeepSpeed ignores, "auto" defaults, ...), then
@@ -221,8 +231,9 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   // left to "auto" asks the other ranks' CPUs (4 bytes, counted like any collective).
   const CpuFeatures cpu = cpu_features();
   const char* bf16_env = std::getenv("ZERO_BF16_COMPUTE");
-  bool every_cpu_native = cpu.native_bf16();
-  if (dtype == at::kBFloat16 && engine::choose_bf16_compute(config.bf16_compute, bf16_env, true).asked == Bf16Compute::kAuto) {
+  // (On a GPU every matrix product is the device's own: native.)
+  bool every_cpu_native = cpu.native_bf16() || !device.is_cpu();
+  if (device.is_cpu() && dtype == at::kBFloat16 && engine::choose_bf16_compute(config.bf16_compute, bf16_env, true).asked == Bf16Compute::kAuto) {
     at::Tensor native = at::full({1}, every_cpu_native ? 1 : 0, at::kInt);
     s.comm.all_reduce(native, ReduceOp::kMin, {.async = false});
     every_cpu_native = native.item<int>() == 1;
@@ -279,9 +290,14 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       adopted);
   // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards, which the
   // partition holds.
+  // ZeRO-Offload: with the model on a GPU and offload_optimizer.device "cpu" (or "nvme"), the
+  // master, the moments and the accumulated gradients are in host memory and the CPU Adam steps
+  // them; otherwise they live beside the parameters.
+  const bool optimizer_on_host = config.zero.offload_optimizer.device != OffloadDevice::kNone;
   s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, s.flat->layout().owned_shard(world.rank()),
                                                     config.zero.stage >= 2, config.zero.allgather_bucket_size,
-                                                    swap_options(config, world.rank()));
+                                                    swap_options(config, world.rank()),
+                                                    optimizer_on_host ? at::Device(at::kCPU) : device);
   s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config),
                                                     s.partition->gradient_home());
   if (stage3) {
@@ -439,7 +455,8 @@ void Engine::apply_step() {
     s.stage3->verify_order(s.param_names);  // before anything is applied
     s.stage3->forget_secondaries();         // hpZ: they hold the weights being replaced
   }
-  at::Tensor grads = s.reducer->owned_gradients();  // summed over ranks
+  // Summed over ranks; on the optimizer's device (the host under ZeRO-Offload: one copy down).
+  at::Tensor grads = s.reducer->owned_gradients().to(s.partition->state_device());
   const double average = s.reducer->averaging_factor();
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
   // sub_group_size elements (DeepSpeed's unit of the step). It is not finite exactly when some

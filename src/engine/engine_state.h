@@ -24,6 +24,9 @@ struct Engine::State {
   const Config config;
   World& world;
   std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
+  // A model on a GPU: the collectives for its tensors (comm/device_communicator.h); null on the
+  // CPU, where the world's communicator serves.
+  std::unique_ptr<Communicator> device_comm;
   CountingCommunicator comm;
   std::unique_ptr<engine::FlatParams> flat;
   std::unique_ptr<engine::GradReducer> reducer;
@@ -44,8 +47,13 @@ struct Engine::State {
   std::unique_ptr<engine::Telemetry> telemetry;
   std::unique_ptr<comm_detail::Watchdog> watchdog;
 
-  State(const Config& c, World& w)
-      : config(c), world(w), comm(w.communicator(), stats), schedule(c.scheduler, c.optimizer), scaler(c.fp16) {}
+  State(const Config& c, World& w, std::unique_ptr<Communicator> on_device)
+      : config(c),
+        world(w),
+        device_comm(std::move(on_device)),
+        comm(device_comm ? *device_comm : w.communicator(), stats),
+        schedule(c.scheduler, c.optimizer),
+        scaler(c.fp16) {}
 };
 
 }  // namespace zero

@@ -43,7 +43,11 @@ at::ScalarType common_dtype(const std::vector<at::Tensor>& params) {
                       " and " + c10::toString(p.scalar_type()) + "): zerocpp trains one dtype per model",
                   "model");
     }
-    if (!p.device().is_cpu()) throw Error("parameters must be on the CPU for this build", "model");
+    if (p.device() != params[0].device()) {
+      throw Error("trainable parameters are on different devices (" + params[0].device().str() + " and " +
+                      p.device().str() + "): move the model to one device before building the engine",
+                  "model");
+    }
   }
   return params[0].scalar_type();
 }
@@ -58,12 +62,13 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
       layout_(numels(params_), partitions, alignment_for(common_dtype(params_)), bucket_elements,
               layout_order(params_.size(), groups), groups),
       dtype_(params_[0].scalar_type()),
+      device_(params_[0].device()),
       released_(layout_.buckets().size(), false),
       aliased_(layout_.buckets().size(), false),
       capacity_(layout_.buckets().size(), 0) {
   at::NoGradGuard no_grad;
   // Without groups no bucket is ever released on its own: all share one allocation, back to back.
-  if (groups.empty()) whole_ = at::zeros({layout_.padded_numel()}, at::TensorOptions().dtype(dtype_));
+  if (groups.empty()) whole_ = at::zeros({layout_.padded_numel()}, at::TensorOptions(dtype_).device(device_));
   int64_t start = 0;
   for (size_t b = 0; b < layout_.buckets().size(); ++b) {
     const layout::Bucket& bucket = layout_.buckets()[b];
@@ -76,7 +81,7 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
       buffers_.push_back(whole_.narrow(0, start, bucket.padded));
     } else {
       // (capacity_ stays 0: the first release frees these; only gathers' memory is kept.)
-      buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions().dtype(dtype_)));
+      buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions(dtype_).device(device_)));
     }
     start += bucket.padded;
   }
@@ -90,6 +95,10 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
     p.set_(buffer.storage(), buffer.storage_offset() + s.offset, p.sizes(), c10::contiguous_strides(p.sizes()));
   }
 }
+
+// The device's own allocator (the CUDA caching allocator on a GPU), so that released and
+// rematerialised buckets come from where LibTorch's tensors on that device come from.
+c10::Allocator* FlatParams::allocator() const { return c10::GetAllocator(device_.type()); }
 
 void FlatParams::check_adopted(const at::Tensor& buffer, int b) const {
   const layout::Bucket& bucket = layout_.buckets()[static_cast<size_t>(b)];
@@ -141,7 +150,7 @@ void FlatParams::release(int b) {
   const bool owned = !aliased_[static_cast<size_t>(b)];
   aliased_[static_cast<size_t>(b)] = false;
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
-  c10::DataPtr memory = storage->set_data_ptr(c10::GetCPUAllocator()->allocate(0));
+  c10::DataPtr memory = storage->set_data_ptr(allocator()->allocate(0));
   storage->set_nbytes(0);
   released_[static_cast<size_t>(b)] = true;
   // Keep the largest spares: a smaller one could not serve every bucket.
@@ -165,7 +174,7 @@ void FlatParams::materialize(int b) {
     spares_.erase(fit);
   } else {
     capacity_[static_cast<size_t>(b)] = bytes;
-    storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(bytes));
+    storage->set_data_ptr_noswap(allocator()->allocate(bytes));
   }
   storage->set_nbytes(bytes);
   released_[static_cast<size_t>(b)] = false;
@@ -187,10 +196,10 @@ void FlatParams::materialize_as(int b, const at::Tensor& memory) {
 void FlatParams::own_aliased(int b) {
   if (!aliased_[static_cast<size_t>(b)]) return;
   at::Tensor& buffer = buffers_[static_cast<size_t>(b)];
-  const void* viewed = buffer.data_ptr();  // still alive: its owner outlives this call
+  void* viewed = buffer.data_ptr();  // still alive: its owner outlives this call
   materialize(b);
   aliased_[static_cast<size_t>(b)] = false;
-  std::memcpy(buffer.data_ptr(), viewed, buffer.nbytes());
+  buffer.copy_(at::from_blob(viewed, buffer.sizes(), buffer.options()));
 }
 
 }  // namespace zero::engine

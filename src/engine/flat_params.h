@@ -30,6 +30,9 @@ class FlatParams {
   const layout::BucketLayout& layout() const { return layout_; }
   const std::vector<at::Tensor>& params() const { return params_; }
   at::ScalarType dtype() const { return dtype_; }
+  // Where the parameters and their buckets live (the model's device: every trainable parameter
+  // must be on it).
+  at::Device device() const { return device_; }
   // Bucket b's parameter buffer (padded), and `rank`'s shard of it.
   const at::Tensor& buffer(int b) const { return buffers_[static_cast<size_t>(b)]; }
   at::Tensor shard(const at::Tensor& bucket_buffer, int b, int rank) const;
@@ -62,9 +65,11 @@ class FlatParams {
   at::Tensor view_of(const at::Tensor& bucket_buffer, int p) const;
 
  private:
+  c10::Allocator* allocator() const;
   std::vector<at::Tensor> params_;
   layout::BucketLayout layout_;
   at::ScalarType dtype_;
+  at::Device device_ = at::kCPU;
   at::Tensor whole_;
   std::vector<at::Tensor> buffers_;
   std::vector<bool> released_;

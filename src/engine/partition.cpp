@@ -57,10 +57,11 @@ std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const
 }  // namespace
 
 Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
-                     int64_t allgather_bucket_size, std::optional<SwapOptions> swap)
+                     int64_t allgather_bucket_size, std::optional<SwapOptions> swap, at::Device state_device)
     : flat_(flat),
       comm_(comm),
       owner_rank_(owner_rank),
+      state_device_(state_device),
       allgather_bucket_size_(allgather_bucket_size),
       swap_options_(std::move(swap)) {
   if (swap_options_) homes_.master = homes_.moments = Memory::kNvme;
@@ -68,7 +69,7 @@ Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool 
     gradients_on_nvme_ = true;  // in the optimizer's swap file, which make_optimizer creates
     homes_.gradients = Memory::kNvme;
   } else if (accumulate_gradients) {
-    gradients_ = at::zeros({flat.layout().owned_numel()}, at::kFloat);
+    gradients_ = at::zeros({flat.layout().owned_numel()}, at::TensorOptions(at::kFloat).device(state_device_));
   }
 }
 
@@ -95,7 +96,8 @@ void Partition::make_master(Stage3* stage3) {
   stage3_ = stage3;
   // On NVMe the master is written out tile by tile (make_optimizer), never whole in memory.
   if (swap_options_) return;
-  if (flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined()) {
+  const bool same_device = state_device_ == flat_.device();
+  if (flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined() && same_device) {
     // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
     // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
     master_ = flat_.whole();
@@ -105,8 +107,8 @@ void Partition::make_master(Stage3* stage3) {
   const auto& buckets = flat_.layout().buckets();
   std::vector<at::Tensor> shards;
   for (size_t i = 0; i < buckets.size(); ++i) shards.push_back(owned_parameters(static_cast<int>(i)));
-  master_ = at::cat(shards).to(at::kFloat);
-  if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_ && !stage3_->shards_swapped()) {
+  master_ = at::cat(shards).to(state_device_, at::kFloat);
+  if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_ && !stage3_->shards_swapped() && same_device) {
     // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
     // (one fp32 copy of the owned parameters less per rank).
     for (size_t b = 0; b < buckets.size(); ++b) {
@@ -143,7 +145,7 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   }
   optimizer_ = optim::make_flat_optimizer(
       config, owned, decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
-      std::move(fragments), std::max<int64_t>(1, tile), swap_options_.has_value());
+      std::move(fragments), std::max<int64_t>(1, tile), swap_options_.has_value(), state_device_);
   optimizer_->use_tiles(tiles_);
   if (swap_options_) {
     swap_ = std::make_unique<OptimizerSwap>(*swap_options_, tiles_, static_cast<int>(optimizer_->state().size()),
@@ -192,7 +194,7 @@ std::vector<std::string> Partition::state_names() const {
 
 void Partition::write_state(int k, const std::function<void(const void* data, int64_t bytes)>& sink) {
   if (!swap_) {
-    const at::Tensor t = states()[static_cast<size_t>(k)].second;
+    const at::Tensor t = states()[static_cast<size_t>(k)].second.cpu();  // (on a GPU: a host copy)
     sink(t.data_ptr(), static_cast<int64_t>(t.nbytes()));
     return;
   }
@@ -201,8 +203,10 @@ void Partition::write_state(int k, const std::function<void(const void* data, in
 
 void Partition::read_state(int k, const std::function<void(int64_t offset, int64_t length, float* out)>& fill) {
   if (!swap_) {
-    const at::Tensor t = states()[static_cast<size_t>(k)].second;
+    const at::Tensor& state = states()[static_cast<size_t>(k)].second;
+    const at::Tensor t = state.is_cpu() ? state : at::empty(state.sizes(), state.options().device(at::kCPU));
     fill(0, t.numel(), t.data_ptr<float>());
+    if (!state.is_cpu()) state.copy_(t);
     return;
   }
   swap_->update_state(k, [&](optim::Tile t, float* values) { fill(t.offset, t.length, values); });
@@ -218,6 +222,8 @@ at::Tensor Partition::parameters16() const {
 
 double Partition::sum_of_squares(const at::Tensor& grads) const {
   if (stream_) return stream_->sum_of_squares();  // summed as the pieces went to NVMe, in this grouping
+  // On a GPU: one reduction in fp64 (padding elements are zero and add nothing), one sync.
+  if (!grads.is_cpu()) return grads.to(at::kDouble).square().sum().item<double>();
   // One fused pass per bucket shard (no temporaries); padding elements are zero and add nothing.
   double sum = 0;
   for (const auto& bucket : flat_.layout().buckets())

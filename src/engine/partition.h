@@ -46,8 +46,12 @@ class Partition {
   // `accumulate_gradients`: stages 2/3 keep an fp32 accumulator of the owned gradients here.
   // `swap`: the master and the optimizer states go to NVMe (offload_optimizer.device "nvme"), and
   // with them the accumulated gradients.
+  // `state_device`: where the master, the moments and the accumulator live and the optimizer
+  // steps: the parameters' device, or the host (ZeRO-Offload: offload_optimizer.device "cpu",
+  // DeepSpeed's CPU Adam over pinned host states) when the parameters are on a GPU.
   Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
-            int64_t allgather_bucket_size, std::optional<SwapOptions> swap = std::nullopt);
+            int64_t allgather_bucket_size, std::optional<SwapOptions> swap = std::nullopt,
+            at::Device state_device = at::kCPU);
   ~Partition();
 
   // Once the parameters are final (after stage 3 took its shards, `stage3` null below stage 3):
@@ -68,6 +72,7 @@ class Partition {
   int64_t largest_tile() const;
 
   int owner_rank() const { return owner_rank_; }
+  at::Device state_device() const { return state_device_; }
   const StateHomes& homes() const { return homes_; }
   // Stages 2/3: the reducer's destination: an fp32 accumulator of owned_numel elements, or the
   // swap file (GradientStream) when the optimizer is on NVMe. Empty below stage 2.
@@ -126,6 +131,7 @@ class Partition {
   FlatParams& flat_;
   Communicator& comm_;
   int owner_rank_;
+  at::Device state_device_;
   int64_t allgather_bucket_size_;
   Stage3* stage3_ = nullptr;
   StateHomes homes_;

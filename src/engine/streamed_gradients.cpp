@@ -11,7 +11,8 @@ StreamedGradients::StreamedGradients(FlatParams& flat, Communicator& comm, const
     : GradientStrategy(flat, comm, options),
       launcher_(launcher),
       accumulator_(home.memory.defined() || home.put ? std::move(home.memory)
-                                                     : at::zeros({flat.layout().owned_numel()}, at::kFloat)),
+                                                     : at::zeros({flat.layout().owned_numel()},
+                                                                 at::TensorOptions(at::kFloat).device(flat.device()))),
       put_(std::move(home.put)),
       arrived_(flat.params().size(), 0),
       staged_(flat.layout().buckets().size()),
@@ -40,7 +41,7 @@ at::Tensor StreamedGradients::acquire_bucket(int b) {
   if (!buffer.defined()) {
     int64_t largest = 0;
     for (const auto& bucket : flat_.layout().buckets()) largest = std::max(largest, bucket.padded);
-    buffer = at::empty({largest}, at::TensorOptions().dtype(flat_.dtype()));
+    buffer = at::empty({largest}, at::TensorOptions(flat_.dtype()).device(flat_.device()));
     pool_bytes_ += static_cast<int64_t>(buffer.nbytes());
     ++pool_buffers_;
   }

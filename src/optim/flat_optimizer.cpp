@@ -11,15 +11,15 @@
 namespace zero::optim {
 namespace {
 
-at::Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat); }
+at::Tensor zeros(int64_t n, at::Device device) { return at::zeros({n}, at::TensorOptions(at::kFloat).device(device)); }
 at::Tensor slice(const at::Tensor& t, Tile tile) { return t.narrow(0, tile.offset, tile.length); }
 
 // Adam and AdamW: m, v; bias correction; weight decay decoupled (AdamW mode) or added to the
 // gradient (Adam mode).
 class Adam : public FlatOptimizer {
  public:
-  Adam(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
-      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n)), v_(zeros(n)) {}
+  Adam(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile, at::Device device)
+      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n, device)), v_(zeros(n, device)) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override {
     return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
   }
@@ -39,6 +39,7 @@ class Adam : public FlatOptimizer {
                   .sqrt_bc2 = static_cast<float>(std::sqrt(bc2)),
                   .eps = static_cast<float>(c_.eps),
                   .grad_scale = static_cast<float>(p.grad_scale)};
+    if (!params.is_cpu()) return step_on_device(params, grads, state_slice(m_, 0, t), state_slice(v_, 1, t), s, p, t);
     float* w = params.data_ptr<float>();
     const float* g = grads.data_ptr<float>();
     float* m = state_slice(m_, 0, t).data_ptr<float>();
@@ -51,6 +52,22 @@ class Adam : public FlatOptimizer {
   }
 
  private:
+  // The same formula as the CPU kernel (AdamLanes), in tensor operations on the device's own
+  // kernels: the order of operations is the kernel's, the rounding the device's.
+  void step_on_device(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& m, const at::Tensor& v,
+                      AdamScalars s, const StepParams& p, Tile t) const {
+    for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
+      at::Tensor w = params.narrow(0, begin, length), mi = m.narrow(0, begin, length), vi = v.narrow(0, begin, length);
+      at::Tensor g = grads.narrow(0, begin, length);
+      if (s.grad_scale != 1.0f) g = g * s.grad_scale;
+      if (!c_.adam_w_mode && wd != 0) g = g + w * wd;
+      mi.mul_(s.beta1).add_(g, s.one_minus_beta1);
+      vi.mul_(s.beta2).addcmul_(g, g, s.one_minus_beta2);
+      if (c_.adam_w_mode && wd != 0) w.mul_(1 - p.lr * wd);
+      w.addcdiv_(mi, (vi.sqrt() / s.sqrt_bc2).add_(s.eps), -s.step_size);
+    });
+  }
+
   OptimizerConfig c_;
   at::Tensor m_, v_;
 };
@@ -58,8 +75,8 @@ class Adam : public FlatOptimizer {
 // Adagrad: L2 weight decay added to the gradient (torch.optim.Adagrad without lr decay).
 class Adagrad : public FlatOptimizer {
  public:
-  Adagrad(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
-      : FlatOptimizer(std::move(runs), tile), c_(c), sum_(zeros(n)) {}
+  Adagrad(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile, at::Device device)
+      : FlatOptimizer(std::move(runs), tile), c_(c), sum_(zeros(n, device)) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"sum", sum_}}; }
 
  protected:
@@ -67,6 +84,17 @@ class Adagrad : public FlatOptimizer {
   void step_tile(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) override {
     AdagradScalars s{.lr = static_cast<float>(p.lr), .eps = static_cast<float>(c_.eps),
                      .grad_scale = static_cast<float>(p.grad_scale)};
+    if (!params.is_cpu()) {  // the kernel's formula in tensor operations
+      const at::Tensor sum = state_slice(sum_, 0, t);
+      for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
+        at::Tensor w = params.narrow(0, begin, length), si = sum.narrow(0, begin, length);
+        at::Tensor g = grads.narrow(0, begin, length) * s.grad_scale;
+        if (wd != 0) g.add_(w, wd);
+        si.addcmul_(g, g);
+        w.addcdiv_(g, si.sqrt().add_(s.eps), -s.lr);
+      });
+      return;
+    }
     float* w = params.data_ptr<float>();
     const float* g = grads.data_ptr<float>();
     float* sum = state_slice(sum_, 0, t).data_ptr<float>();
@@ -84,8 +112,8 @@ class Adagrad : public FlatOptimizer {
 // Lion: the sign of an interpolation of momentum and gradient; decoupled weight decay.
 class Lion : public FlatOptimizer {
  public:
-  Lion(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
-      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n)) {}
+  Lion(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile, at::Device device)
+      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n, device)) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override { return {{"exp_avg", m_}}; }
 
  protected:
@@ -97,6 +125,18 @@ class Lion : public FlatOptimizer {
                   .one_minus_beta1 = static_cast<float>(1 - p.beta1),
                   .one_minus_beta2 = static_cast<float>(1 - p.beta2),
                   .grad_scale = static_cast<float>(p.grad_scale)};
+    if (!params.is_cpu()) {  // the kernel's formula in tensor operations
+      const at::Tensor m = state_slice(m_, 0, t);
+      for_decay_pieces_in(t, [&](int64_t begin, int64_t length, double wd) {
+        at::Tensor w = params.narrow(0, begin, length), mi = m.narrow(0, begin, length);
+        const at::Tensor g = grads.narrow(0, begin, length) * s.grad_scale;
+        const at::Tensor update = (mi * s.beta1).add_(g, s.one_minus_beta1).sign_();
+        if (wd != 0) w.mul_(1 - p.lr * wd);
+        w.add_(update, -s.lr);
+        mi.mul_(s.beta2).add_(g, s.one_minus_beta2);
+      });
+      return;
+    }
     float* w = params.data_ptr<float>();
     const float* g = grads.data_ptr<float>();
     float* m = state_slice(m_, 0, t).data_ptr<float>();
@@ -115,8 +155,8 @@ class Lion : public FlatOptimizer {
 // gradient as it is), Nesterov.
 class Sgd : public FlatOptimizer {
  public:
-  Sgd(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile)
-      : FlatOptimizer(std::move(runs), tile), c_(c), buffer_(c.momentum != 0 ? zeros(n) : at::Tensor()) {}
+  Sgd(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, int64_t tile, at::Device device)
+      : FlatOptimizer(std::move(runs), tile), c_(c), buffer_(c.momentum != 0 ? zeros(n, device) : at::Tensor()) {}
   std::vector<std::pair<std::string, at::Tensor>> state() const override {
     if (!buffer_.defined()) return {};
     return {{"momentum_buffer", buffer_}};
@@ -146,8 +186,13 @@ class Sgd : public FlatOptimizer {
 // trust ratio ||w|| / ||update|| clipped to [min_coeff, max_coeff] (1 when either norm is 0).
 class Lamb : public FlatOptimizer {
  public:
-  Lamb(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile)
-      : FlatOptimizer(std::move(runs), tile), c_(c), m_(zeros(n)), v_(zeros(n)), fragments_(std::move(fragments)) {
+  Lamb(const OptimizerConfig& c, int64_t n, std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile,
+       at::Device device)
+      : FlatOptimizer(std::move(runs), tile),
+        c_(c),
+        m_(zeros(n, device)),
+        v_(zeros(n, device)),
+        fragments_(std::move(fragments)) {
     if (fragments_.fragments.empty() && fragments_.num_params == 0) {
       fragments_.num_params = 1;
       fragments_.fragments.push_back({0, n, 0});
@@ -297,7 +342,7 @@ void FlatOptimizer::step_tile_with(const at::Tensor& params, const at::Tensor& g
 
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
                                                    std::vector<DecayRun> runs, ParamFragments fragments, int64_t tile,
-                                                   bool streamed) {
+                                                   bool streamed, at::Device device) {
   if (tile < 1) throw Error("sub_group_size must be at least 1", "zero_optimization.sub_group_size");
   if (runs.empty()) runs.push_back({0, numel, config.weight_decay});
   // Streamed: the states live elsewhere (NVMe offload) and come tile by tile to step_tile_with.
@@ -306,19 +351,19 @@ std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config
     case OptimizerType::kAdam:
     case OptimizerType::kAdamW:
     case OptimizerType::kCpuAdam:
-      return std::make_unique<Adam>(config, n, std::move(runs), tile);
+      return std::make_unique<Adam>(config, n, std::move(runs), tile, device);
     case OptimizerType::kAdagrad:
-      return std::make_unique<Adagrad>(config, n, std::move(runs), tile);
+      return std::make_unique<Adagrad>(config, n, std::move(runs), tile, device);
     case OptimizerType::kLion:
-      return std::make_unique<Lion>(config, n, std::move(runs), tile);
+      return std::make_unique<Lion>(config, n, std::move(runs), tile, device);
     case OptimizerType::kSgd:
-      return std::make_unique<Sgd>(config, n, std::move(runs), tile);
+      return std::make_unique<Sgd>(config, n, std::move(runs), tile, device);
     case OptimizerType::kLamb:
       if (streamed)
         throw Error("Lamb's trust ratios need every tile twice per step: not with NVMe offload "
                     "(zero_optimization.offload_optimizer.device \"nvme\"); use Adam, AdamW, Adagrad, Lion or SGD",
                     "optimizer.type");
-      return std::make_unique<Lamb>(config, numel, std::move(runs), std::move(fragments), tile);
+      return std::make_unique<Lamb>(config, numel, std::move(runs), std::move(fragments), tile, device);
     case OptimizerType::kNone:
       break;
   }

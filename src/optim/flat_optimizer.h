@@ -107,9 +107,12 @@ class FlatOptimizer {
 
 // Adam/AdamW (DeepSpeedCPUAdam too), Adagrad, Lion, SGD, Lamb. `runs`: per-run weight decay
 // (parameter groups); empty: config.weight_decay for all. Lamb needs `fragments`; without them it
-// treats the whole buffer as one parameter. `tile`: see FlatOptimizer.
+// treats the whole buffer as one parameter. `tile`: see FlatOptimizer. `device`: where the states
+// live and the step runs: the CPU kernels (cpu_kernels.h) on the CPU, the same formulas in tensor
+// operations on any other device.
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
                                                    std::vector<DecayRun> runs = {}, ParamFragments fragments = {},
-                                                   int64_t tile = INT64_MAX, bool streamed = false);
+                                                   int64_t tile = INT64_MAX, bool streamed = false,
+                                                   at::Device device = at::kCPU);
 
 }  // namespace zero::optim

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -15,6 +16,14 @@
 namespace engine_test {
 
 constexpr int kSteps = 20;
+
+// Where the engine tests train: ZERO_TEST_DEVICE (e.g. "cuda", "cuda:0"; default the CPU). The
+// data are drawn on the CPU and moved there, so every device sees the same numbers; the plain
+// LibTorch references run on the same device.
+inline at::Device test_device() {
+  const char* d = std::getenv("ZERO_TEST_DEVICE");
+  return d && *d ? at::Device(d) : at::Device(at::kCPU);
+}
 constexpr int64_t kGlobalBatch = 48;  // divisible by every ranks × accumulation used below
 
 // With compute_in_fp32 the forward casts the weights to fp32 (CPU LibTorch 1.13 has no fp16
@@ -73,6 +82,7 @@ struct TrainOptions {
 inline Trajectory train(const std::string& json, zero::World& world, const TrainOptions& options = {}) {
   torch::manual_seed(42);
   auto model = std::make_shared<Mlp>(options.compute_in_fp32);
+  model->to(test_device());
   zero::Config config = zero::Config::parse(json);
   config.resolve({.world_size = world.size()});
   zero::Engine engine(*model, config, world);
@@ -81,6 +91,8 @@ inline Trajectory train(const std::string& json, zero::World& world, const Train
   for (int step = 0; step < kSteps; ++step) {
     torch::manual_seed(1000 + step);
     at::Tensor x = torch::randn({kGlobalBatch, 16}), y = teacher(x);
+    x = x.to(test_device());
+    y = y.to(test_device());
     double loss_sum = 0;
     for (int64_t m = 0; m < config.gradient_accumulation_steps; ++m) {
       const int64_t first = (m * ranks + world.rank()) * micro;
@@ -97,7 +109,7 @@ inline Trajectory train(const std::string& json, zero::World& world, const Train
     t.losses.push_back(mean.item<double>());
   }
   EXPECT_EQ(engine.global_steps(), kSteps);
-  for (const auto& p : model->parameters()) t.weights.push_back(p.detach().to(torch::kFloat).clone());
+  for (const auto& p : model->parameters()) t.weights.push_back(p.detach().to(at::kCPU, torch::kFloat).clone());
   return t;
 }
 
