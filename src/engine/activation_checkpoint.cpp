@@ -43,7 +43,7 @@ void add_profile(const std::string& name, double forward, double recompute, doub
 
 uint64_t hash_of(const at::Tensor& t) {
   if (!t.defined()) return 0;
-  const at::Tensor c = t.contiguous();
+  const at::Tensor c = t.to(at::kCPU).contiguous();  // (a GPU tensor: its bytes come down first)
   return XXH3_64bits(c.data_ptr(), c.nbytes());
 }
 

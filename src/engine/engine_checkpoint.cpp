@@ -106,7 +106,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       // A 16-bit model's own weights, after the fp32 buffers: what it computes with, readable
       // without rounding the masters again (they are exactly these, rounded).
       if (s.flat->dtype() != at::kFloat) {
-        const at::Tensor sixteen = s.partition->parameters16();
+        const at::Tensor sixteen = s.partition->parameters16().cpu();
         writer.write(sixteen.data_ptr(), sixteen.nbytes());
       }
       digest = writer.finish();

@@ -140,7 +140,8 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
   visit_whole_parameters(
       [&](size_t, const at::Tensor& param) {
         open();
-        writer->append(param.data_ptr(), static_cast<uint64_t>(param.nbytes()));
+        const at::Tensor bytes = param.cpu();  // (from a GPU: a host copy of one parameter)
+        writer->append(bytes.data_ptr(), static_cast<uint64_t>(bytes.nbytes()));
       },
       [&] {
         open();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -37,7 +38,15 @@ void tracked_delete(void* data) {
 class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) const override {
+  // LibTorch 1.13 declares `allocate(size_t) const`, 2.x `allocate(size_t)` and a pure
+  // `copy_data`: both spellings are here, without `override`, so each version overrides its own.
+  c10::DataPtr allocate(size_t n) const { return tracked(n); }  // NOLINT(modernize-use-override)
+  c10::DataPtr allocate(size_t n) { return tracked(n); }        // NOLINT(modernize-use-override)
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+  c10::DeleterFnPtr raw_deleter() const override { return &tracked_delete; }
+
+ private:
+  c10::DataPtr tracked(size_t n) const {
     const auto bytes = static_cast<int64_t>(n);
     const int64_t now = g_current.fetch_add(bytes) + bytes;
     const int64_t budget = g_budget.load();
@@ -61,9 +70,7 @@ class TrackingAllocator final : public c10::Allocator {
     }
     return {data, data, &tracked_delete, device};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &tracked_delete; }
 
- private:
   c10::Allocator* base_;
 };
 
