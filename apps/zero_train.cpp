@@ -110,7 +110,9 @@ int main(int argc, char** argv) {
     if (app.count("--print-every") == 0) o.print_every = 10;
   }
   o.checkpoint_every = checkpointing ? checkpoint_every : 0;
-  torch::set_num_threads(1);
+  // One thread per rank on the CPU (ranks share the cores). With the model on a GPU the host's
+  // cores are the CPU Adam's under offload_optimizer: LibTorch's default (one per core).
+  if (o.device.empty() || o.device == "cpu") torch::set_num_threads(1);
   zero::keep_freed_memory();  // include/zero/allocator.h: the same tensors every step
   const char* launcher_tty = std::getenv("ZERO_STDOUT_IS_TTY");  // set by zero-run
   o.progress_bar = !no_bar && (launcher_tty ? std::string(launcher_tty) == "1" : isatty(STDOUT_FILENO) != 0);
