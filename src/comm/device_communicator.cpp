@@ -87,17 +87,18 @@ std::unique_ptr<Communicator> make_device_communicator(World& world, at::Device 
   if (!backend.empty() && backend != "nccl" && backend != "mpi") {
     throw Error("ZERO_DEVICE_BACKEND is \"" + backend + "\": use nccl or mpi", "ZERO_DEVICE_BACKEND", world.rank());
   }
+  // A world of one without a launcher copies locally whatever the device (LocalCommunicator):
+  // nothing to stage, no NCCL to start.
+  if (!world.distributed()) return nullptr;
 #ifdef ZERO_WITH_CUDA
   if (device.is_cuda()) {
     // NCCL refuses two ranks on one GPU: ranks that share one go through MPI.
     const bool own_gpu = world.local_size() <= static_cast<int>(c10::cuda::device_count());
-    if (backend == "nccl" || (backend.empty() && own_gpu && world.distributed())) {
+    if (backend == "nccl" || (backend.empty() && own_gpu)) {
       return make_nccl_communicator(world, device.has_index() ? device.index() : c10::cuda::current_device());
     }
   }
 #endif
-  // A world of one copies locally whatever the device (LocalCommunicator): nothing to stage.
-  if (world.size() == 1 && backend != "nccl") return nullptr;
   if (backend == "nccl") {
     throw Error("ZERO_DEVICE_BACKEND=nccl: this build has no NCCL backend (configure with -DZERO_WITH_CUDA=ON)",
                 "ZERO_DEVICE_BACKEND", world.rank());

@@ -456,7 +456,9 @@ void Engine::apply_step() {
     s.stage3->forget_secondaries();         // hpZ: they hold the weights being replaced
   }
   // Summed over ranks; on the optimizer's device (the host under ZeRO-Offload: one copy down).
-  at::Tensor grads = s.reducer->owned_gradients().to(s.partition->state_device());
+  // (Undefined when they are on NVMe: the partition streams them.)
+  at::Tensor grads = s.reducer->owned_gradients();
+  if (grads.defined()) grads = grads.to(s.partition->state_device());
   const double average = s.reducer->averaging_factor();
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
   // sub_group_size elements (DeepSpeed's unit of the step). It is not finite exactly when some

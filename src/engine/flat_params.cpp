@@ -96,9 +96,14 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
   }
 }
 
-// The device's own allocator (the CUDA caching allocator on a GPU), so that released and
-// rematerialised buckets come from where LibTorch's tensors on that device come from.
-c10::Allocator* FlatParams::allocator() const { return c10::GetAllocator(device_.type()); }
+// `bytes` of the device's memory from LibTorch's own allocator for it (the CUDA caching
+// allocator on a GPU): a tensor is allocated and its memory taken from it. (c10::GetAllocator
+// names no CUDA allocator in every LibTorch version; a tensor always finds the right one.)
+c10::DataPtr FlatParams::allocate(size_t bytes) const {
+  if (bytes == 0) return c10::DataPtr(nullptr, device_);
+  const at::Tensor donor = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions(at::kByte).device(device_));
+  return donor.storage().unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr(nullptr, device_));
+}
 
 void FlatParams::check_adopted(const at::Tensor& buffer, int b) const {
   const layout::Bucket& bucket = layout_.buckets()[static_cast<size_t>(b)];
@@ -150,7 +155,7 @@ void FlatParams::release(int b) {
   const bool owned = !aliased_[static_cast<size_t>(b)];
   aliased_[static_cast<size_t>(b)] = false;
   c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
-  c10::DataPtr memory = storage->set_data_ptr(allocator()->allocate(0));
+  c10::DataPtr memory = storage->set_data_ptr(allocate(0));
   storage->set_nbytes(0);
   released_[static_cast<size_t>(b)] = true;
   // Keep the largest spares: a smaller one could not serve every bucket.
@@ -174,7 +179,7 @@ void FlatParams::materialize(int b) {
     spares_.erase(fit);
   } else {
     capacity_[static_cast<size_t>(b)] = bytes;
-    storage->set_data_ptr_noswap(allocator()->allocate(bytes));
+    storage->set_data_ptr_noswap(allocate(bytes));
   }
   storage->set_nbytes(bytes);
   released_[static_cast<size_t>(b)] = false;

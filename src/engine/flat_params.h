@@ -65,7 +65,7 @@ class FlatParams {
   at::Tensor view_of(const at::Tensor& bucket_buffer, int p) const;
 
  private:
-  c10::Allocator* allocator() const;
+  c10::DataPtr allocate(size_t bytes) const;
   std::vector<at::Tensor> params_;
   layout::BucketLayout layout_;
   at::ScalarType dtype_;

@@ -82,12 +82,15 @@ PendingReduction StreamedGradients::launch(int b) {
   at::Tensor accumulated = put_ ? at::Tensor() : accumulator_.narrow(0, bucket.owned_offset, bucket.shard);
   // The first reduction since zero() replaces the accumulator's stale contents; an fp32 one is
   // reduce-scattered straight into it (no copy out of the bucket, no add).
-  const bool direct = !put_ && first_since_zero_ && options_.reduce_scatter && wire.scalar_type() == at::kFloat;
+  // (Not when the accumulator is in host memory and the bucket on a GPU, ZeRO-Offload: the shard
+  // is reduced on the device and comes down once.)
+  const bool direct = !put_ && first_since_zero_ && options_.reduce_scatter && wire.scalar_type() == at::kFloat &&
+                      accumulated.device() == wire.device();
   auto finish = [this, b, wire, shard, accumulated, direct, first = first_since_zero_, offset = bucket.owned_offset] {
     if (put_) {
       put_(offset, shard, first);
     } else if (!direct) {
-      first ? accumulated.copy_(shard) : accumulated.add_(shard);
+      first ? accumulated.copy_(shard) : accumulated.add_(shard.to(accumulated.device()));
     }
     release_bucket(b);
   };

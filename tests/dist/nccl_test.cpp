@@ -68,11 +68,21 @@ TEST(Nccl, CollectivesMatchTheReference) {
   c.barrier()->wait();
 }
 
-TEST(Nccl, HostTensorIsAClearError) {
+// An engine's small control values (norms, flags) are host tensors: they take the MPI world NCCL
+// was bootstrapped from, and come back summed like the device's.
+TEST(Nccl, HostTensorsGoThroughMpi) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   at::Tensor host = torch::ones({4});
+  gpu()->all_reduce(host, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(host.equal(torch::full({4}, static_cast<double>(gpu()->size()))));
+}
+
+// A tensor on another GPU than the communicator's is a clear error.
+TEST(Nccl, AnotherDeviceIsAClearError) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "one CUDA device";
+  at::Tensor elsewhere = torch::ones({4}, torch::TensorOptions().device(torch::kCUDA, 1));
   try {
-    gpu()->all_reduce(host, ReduceOp::kSum)->wait();
+    gpu()->all_reduce(elsewhere, ReduceOp::kSum)->wait();
     FAIL();
   } catch (const zero::Error& e) {
     EXPECT_NE(std::string(e.what()).find("this communicator uses cuda:"), std::string::npos) << e.what();
