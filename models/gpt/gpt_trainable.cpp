@@ -63,11 +63,12 @@ class GptTrainable : public models::TrainableModel {
 }  // namespace
 
 std::unique_ptr<models::TrainableModel> make_gpt(const GptShape& shape, const LlmcCheckpoint* init,
-                                                 const std::string& init_path, const Config& config, World& world) {
+                                                 const std::string& init_path, const Config& config, World& world,
+                                                 bool partitioned_init) {
   // Stage 3 with random weights: built partitioned, never whole on a rank (zero::Init; a no-op
   // at other stages). Weights from an llm.c file are read into a whole model first.
   std::optional<Init> partitioned;
-  if (!init) partitioned.emplace(config, world);
+  if (!init && partitioned_init) partitioned.emplace(config, world);
   auto model = std::make_unique<GptTrainable>(shape);
   partitioned.reset();
   if (init) load_llmc(model->gpt(), *init, init_path);

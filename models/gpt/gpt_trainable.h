@@ -17,8 +17,9 @@ namespace zero::gpt {
 struct Gpt;
 
 // `init`: an llm.c checkpoint already read (its shape wins), or nullptr for a fresh model of
-// `shape` from torch's global generator.
+// `shape` from torch's global generator. `partitioned`: as make_llama's.
 std::unique_ptr<models::TrainableModel> make_gpt(const GptShape& shape, const LlmcCheckpoint* init,
-                                                 const std::string& init_path, const Config& config, World& world);
+                                                 const std::string& init_path, const Config& config, World& world,
+                                                 bool partitioned = true);
 
 }  // namespace zero::gpt

@@ -162,13 +162,17 @@ struct ModelPlan {
 
 ModelPlan plan_model(const TrainerOptions& options, std::optional<LlmcCheckpoint>& checkpoint,
                      std::optional<llama::HfModel>& hf) {
+  // zero::Init keeps stage 3's shards in host memory: a model bound for a GPU is built whole on
+  // the host, moved, and partitioned by the engine there.
+  const bool on_cpu = options.device.empty() || options.device == "cpu";
   if (!options.model_dir.empty()) {
     if (!options.init.empty()) throw Error("give --model or --init, not both", "--init");
     hf = llama::open_hf_model(options.model_dir);
     const llama::LlamaConfig& c = hf->config;
     const llama::LlamaExportOptions export_options{options.hf_max_shard_bytes};
-    return {c.hidden_size, c.vocab_size, c.max_position_embeddings, [&hf, export_options](const Config& config, World& w) {
-              return llama::make_llama(*hf, config, w, export_options);
+    return {c.hidden_size, c.vocab_size, c.max_position_embeddings,
+            [&hf, export_options, on_cpu](const Config& config, World& w) {
+              return llama::make_llama(*hf, config, w, export_options, on_cpu);
             }};
   }
   GptShape shape = options.shape;
@@ -178,8 +182,9 @@ ModelPlan plan_model(const TrainerOptions& options, std::optional<LlmcCheckpoint
   }
   if (shape.padded_vocab == 0) shape.padded_vocab = (shape.vocab + 63) / 64 * 64;
   const LlmcCheckpoint* init = checkpoint ? &*checkpoint : nullptr;
-  return {shape.channels, shape.vocab, shape.max_seq, [shape, init, path = options.init](const Config& config, World& w) {
-            return make_gpt(shape, init, path, config, w);
+  return {shape.channels, shape.vocab, shape.max_seq,
+          [shape, init, path = options.init, on_cpu](const Config& config, World& w) {
+            return make_gpt(shape, init, path, config, w, on_cpu);
           }};
 }
 

@@ -65,12 +65,13 @@ double llama_flops_per_token(const LlamaConfig& c, int64_t seq) {
 }
 
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
-                                                   const LlamaExportOptions& export_options) {
+                                                   const LlamaExportOptions& export_options, bool partitioned) {
   // Stage 3: every rank reads every layer from the mapped files and keeps its shard (zero::Init),
   // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
   // holds the weights, as DeepSpeed does.
   const auto weights = file_weights(hf);
-  Init partitioned(config, world);
+  std::optional<Init> scope;
+  if (partitioned) scope.emplace(config, world);
   return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options);
 }
 
