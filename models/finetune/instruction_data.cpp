@@ -1,5 +1,7 @@
 #include "models/finetune/instruction_data.h"
 
+#include <filesystem>
+
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
@@ -12,9 +14,12 @@
 #include "models/finetune/chat_example.h"
 #include "text/tokenizer.h"
 #include "zero/error.h"
+#include "util/json_from_file.h"
 
 namespace zero::finetune {
 namespace {
+
+namespace fs = std::filesystem;
 
 using json = nlohmann::ordered_json;  // key order shows in a template's tojson
 
@@ -24,6 +29,9 @@ struct Record {
 };
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))  // a FIFO or a device would never end
+    throw Error("the data set " + path + " is not a regular file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open the data set " + path, path);
   std::ostringstream text;
@@ -44,7 +52,7 @@ std::vector<Record> read_records(const std::string& path, bool& is_array) {
   if (is_array) {
     json array;
     try {
-      array = json::parse(text);
+      array = parse_json_from<json>(text, path);
     } catch (const json::parse_error& e) {
       throw Error(fmt::format("{}:{}: not JSON: {}", path, line_of(text, e.byte == 0 ? 0 : e.byte - 1), e.what()), path);
     }
@@ -62,7 +70,7 @@ std::vector<Record> read_records(const std::string& path, bool& is_array) {
   for (int64_t number = 1; std::getline(lines, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      records.push_back({json::parse(line), number});
+      records.push_back({parse_json_from<json>(line, path + ":" + std::to_string(number)), number});
     } catch (const json::parse_error& e) {
       throw Error(fmt::format("{}:{}: not a JSON line: {}", path, number, e.what()), path);
     }

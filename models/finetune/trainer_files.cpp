@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "zero/error.h"
+#include "util/json_from_file.h"
 
 namespace zero::finetune {
 
@@ -91,11 +92,13 @@ void write_trainer_state(const TrainerState& s, const std::string& path) {
 }
 
 TrainerState read_trainer_state(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path))
+    throw Error("cannot read " + path + " (a checkpoint-N directory of zero-finetune holds one)", path);
   std::ifstream in(path);
   if (!in) throw Error("cannot read " + path + " (a checkpoint-N directory of zero-finetune holds one)", path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json_from(in, path);
     TrainerState s;
     s.global_step = j.at("global_step").get<int64_t>();
     s.max_steps = j.at("max_steps").get<int64_t>();

@@ -59,7 +59,8 @@ int64_t TensorSpec::numel() const {
   return n;
 }
 
-std::vector<TensorSpec> checkpoint_tensors(const GptShape& s) {
+// The tensors' shapes only (offsets need their sizes, which may not fit in int64 yet).
+static std::vector<TensorSpec> checkpoint_tensors_unchecked(const GptShape& s) {
   const int64_t L = s.layers, C = s.channels;
   std::vector<TensorSpec> specs = {{"wte", {s.padded_vocab, C}},
                                    {"wpe", {s.max_seq, C}},
@@ -77,6 +78,11 @@ std::vector<TensorSpec> checkpoint_tensors(const GptShape& s) {
                                    {"fcprojb", {L, C}},
                                    {"lnfw", {C}},
                                    {"lnfb", {C}}};
+  return specs;
+}
+
+std::vector<TensorSpec> checkpoint_tensors(const GptShape& s) {
+  std::vector<TensorSpec> specs = checkpoint_tensors_unchecked(s);
   int64_t offset = 0;
   for (auto& spec : specs) {
     spec.offset = offset;
@@ -114,6 +120,16 @@ LlmcCheckpoint read_llmc_checkpoint(const std::string& path) {
     fail(path,
          "header field C = " + std::to_string(s.channels) + " is not divisible by NH = " + std::to_string(s.heads));
   }
+  // The header's fields are int32s chosen by whoever wrote the file: their products can pass
+  // int64 (C = 2^31 makes 4·C·C wrap), so the count is first taken in 128 bits.
+  __int128 wide = 0;
+  for (const TensorSpec& spec : checkpoint_tensors_unchecked(s)) {
+    __int128 numel = 1;
+    for (int64_t d : spec.shape) numel *= d;  // at most three factors below 2^33: no overflow
+    wide += numel;
+  }
+  if (wide > static_cast<__int128>(INT64_MAX / 4))
+    fail(path, "the header's shape (L, C, V, maxT) needs more parameters than any file can hold");
   const int64_t n = checkpoint_numel(s);
   expect_size(path, 1024 + 4 * static_cast<uint64_t>(n), std::to_string(n) + " fp32 parameters for this header");
   c.params.resize(static_cast<size_t>(n));

@@ -11,6 +11,7 @@
 #include "zero/engine.h"
 #include "zero/error.h"
 #include "zero/world.h"
+#include "util/json_from_file.h"
 
 namespace zero::llama {
 namespace fs = std::filesystem;
@@ -77,7 +78,7 @@ HfModel open_hf_model(const std::string& dir) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(config_path)) throw Error(config_path + ": missing (every Hugging Face model directory has one)", config_path);
   try {
-    m.config_json = nlohmann::ordered_json::parse(checkpoint::read_text_file(config_path));
+    m.config_json = parse_json_from<nlohmann::ordered_json>(checkpoint::read_text_file(config_path), config_path);
   } catch (const nlohmann::json::exception& e) {
     throw Error(config_path + ": not JSON (" + e.what() + ")", config_path);
   }

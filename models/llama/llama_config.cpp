@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "zero/error.h"
+#include "checkpoint/files.h"
+#include "util/json_from_file.h"
 
 namespace zero::llama {
 namespace {
@@ -222,13 +224,10 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
 }
 
 LlamaConfig read_llama_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open", path);
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = checkpoint::read_text_file(path);  // a regular file, of bounded size
   json j;
   try {
-    j = json::parse(text.str());
+    j = parse_json_from(text, path);
   } catch (const json::exception& e) {
     throw Error(path + ": not JSON (" + e.what() + ")", path);
   }

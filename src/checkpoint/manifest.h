@@ -65,5 +65,10 @@ struct Manifest {
 nlohmann::json to_json(const Manifest& manifest);
 // The layout part of a manifest; throws nlohmann::json::exception when it is malformed.
 ManifestLayout layout_from_json(const nlohmann::json& manifest);
+// Every key a reader of the manifest uses, with its type and range, checked before any is used:
+// an error naming `path` and the key ("files[2].file: missing") otherwise. Files are plain names
+// inside the checkpoint; shapes, fragments and counts are checked against each other with
+// overflow-checked arithmetic, so nothing read later can index past what the manifest declares.
+void check_manifest(const nlohmann::json& manifest, const std::string& path);
 
 }  // namespace zero::checkpoint

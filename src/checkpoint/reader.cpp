@@ -9,6 +9,7 @@
 
 #include "checkpoint/files.h"
 #include "zero/error.h"
+#include "util/json_from_file.h"
 
 namespace zero::checkpoint {
 namespace {
@@ -33,13 +34,29 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& ta
   tag_ = tag.empty() ? trim(read_text_file((fs::path(dir) / "latest").string())) : tag;
   check_tag(tag_);
   manifest_path_ = (fs::path(dir) / tag_ / "manifest.json").string();
-  manifest_ = nlohmann::json::parse(read_text_file(manifest_path_), nullptr, false);
+  manifest_ = parse_json_from(read_text_file(manifest_path_), manifest_path_, /*allow_exceptions=*/false);
   if (manifest_.is_discarded() || !manifest_.is_object() || manifest_.value("format", "") != kFormatName)
     throw Error(manifest_path_ + ": not a zerocpp checkpoint manifest", manifest_path_);
   if (manifest_.value("version", 0) != kFormatVersion)
     throw Error(manifest_path_ + ": format version " + manifest_["version"].dump() + ", this build reads " +
                     std::to_string(kFormatVersion),
                 manifest_path_);
+  check_manifest(manifest_, manifest_path_);  // every key below is there, typed and in range
+  // The files' sizes against the manifest's before anything is sized by it (a missing file is
+  // reported when it is first read).
+  for (const char* list : {"files", "rng_states"}) {
+    for (const auto& entry : manifest_.value(list, nlohmann::json::array())) {
+      const fs::path file = fs::path(dir_) / tag_ / entry["file"].get<std::string>();
+      std::error_code ec;
+      const fs::file_status st = fs::symlink_status(file, ec);
+      if (ec || !fs::exists(st) || !fs::is_regular_file(st)) continue;  // opened (and refused) when read
+      const uint64_t bytes = fs::file_size(file, ec);
+      if (!ec && bytes != entry["bytes"].get<uint64_t>())
+        throw Error(file.string() + ": " + std::to_string(bytes) + " bytes, the manifest says " +
+                        entry["bytes"].dump() + " (truncated or replaced)",
+                    file.string());
+    }
+  }
   try {
     const ManifestLayout layout = layout_from_json(manifest_);
     for (const auto& p : layout.params) {
@@ -99,8 +116,20 @@ std::vector<CheckpointReader::FileInfo> CheckpointReader::files() const {
   return out;
 }
 
-void CheckpointReader::check_digest(const std::string& path, const nlohmann::json& entry) const {
-  const FileDigest digest = digest_file(path);
+int CheckpointReader::open_checked(const nlohmann::json& entry) const {
+  const std::string name = entry.at("file").get<std::string>();
+  const int fd = open_file_in((fs::path(dir_) / tag_).string(), name);
+  try {
+    check_digest(fd, in_tag(name), entry);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return fd;
+}
+
+void CheckpointReader::check_digest(int fd, const std::string& path, const nlohmann::json& entry) const {
+  const FileDigest digest = digest_descriptor(fd, path);
   if (digest.bytes != entry.at("bytes").get<uint64_t>())
     throw Error(path + ": " + std::to_string(digest.bytes) + " bytes, the manifest says " + entry.at("bytes").dump() +
                     " (truncated or replaced)",
@@ -112,11 +141,7 @@ void CheckpointReader::check_digest(const std::string& path, const nlohmann::jso
 }
 
 int CheckpointReader::open_verified(size_t file) {
-  if (fds_[file] >= 0) return fds_[file];
-  const std::string path = path_of(file);
-  check_digest(path, manifest_["files"][file]);
-  fds_[file] = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fds_[file] < 0) throw Error(path + ": cannot open the file", path);
+  if (fds_[file] < 0) fds_[file] = open_checked(manifest_["files"][file]);
   return fds_[file];
 }
 
@@ -124,15 +149,21 @@ std::string CheckpointReader::rng_state(int rank) const {
   const nlohmann::json& states = manifest_.value("rng_states", nlohmann::json::array());
   if (rank < 0 || static_cast<size_t>(rank) >= states.size()) return "";
   const nlohmann::json& entry = states[static_cast<size_t>(rank)];
-  const std::string path = in_tag(entry.at("file").get<std::string>());
-  check_digest(path, entry);
-  return read_text_file(path);
+  const int fd = open_checked(entry);  // its size is the manifest's, checked
+  std::string state(entry.at("bytes").get<uint64_t>(), '\0');
+  try {
+    read_at(fd, in_tag(entry.at("file").get<std::string>()), 0, state.data(), state.size());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return state;
 }
 
 void CheckpointReader::verify_all() {
   for (size_t f = 0; f < fds_.size(); ++f) open_verified(f);
-  for (const auto& entry : manifest_.value("rng_states", nlohmann::json::array()))
-    check_digest(in_tag(entry.at("file").get<std::string>()), entry);
+  for (const auto& entry : manifest_.value("rng_states", nlohmann::json::array())) ::close(open_checked(entry));
 }
 
 void CheckpointReader::read(int param, int kind, int64_t begin, int64_t end, float* out) {

@@ -67,8 +67,10 @@ class CheckpointReader {
     int64_t begin, end, offset;
   };
   int open_verified(size_t file);
-  // An error naming `path` unless its size and checksum are the manifest entry's.
-  void check_digest(const std::string& path, const nlohmann::json& entry) const;
+  // The file a manifest entry names, opened inside DIR/TAG (a plain name, a regular file, not a
+  // link) and verified: an error naming it unless its size and checksum are the entry's.
+  int open_checked(const nlohmann::json& entry) const;
+  void check_digest(int fd, const std::string& path, const nlohmann::json& entry) const;
   std::string in_tag(const std::string& file) const;  // DIR/TAG/file
   // Elements [begin, end) of a parameter from the section of every file that starts at
   // `section` elements of `element_bytes` each, times the file's owned_numel; out == nullptr:

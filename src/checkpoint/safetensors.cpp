@@ -1,5 +1,7 @@
 #include "checkpoint/safetensors.h"
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/files.h"
@@ -23,7 +25,7 @@ std::string safetensors_header(const std::vector<SafetensorsEntry>& entries,
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<SafetensorsEntry> entries,
                                      const std::map<std::string, std::string>& metadata)
-    : path_(path), entries_(std::move(entries)), out_(std::make_unique<HashingWriter>(path)) {
+    : path_(path), entries_(std::move(entries)), out_(std::make_unique<HashingWriter>(path + ".partial")) {
   const std::string header = safetensors_header(entries_, metadata);
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
@@ -31,7 +33,12 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Safete
   out_->write(header.data(), header.size());
 }
 
-SafetensorsWriter::~SafetensorsWriter() = default;
+// Unfinished (an error on the way): the partial file goes, and whatever `path` held stays.
+SafetensorsWriter::~SafetensorsWriter() {
+  if (finished_) return;
+  out_.reset();
+  std::remove((path_ + ".partial").c_str());
+}
 
 void SafetensorsWriter::append(const void* data, uint64_t bytes) {
   if (next_ >= entries_.size() || entries_[next_].bytes != bytes) {
@@ -48,6 +55,10 @@ void SafetensorsWriter::finish() {
   if (next_ != entries_.size())
     throw Error(path_ + ": " + std::to_string(entries_.size() - next_) + " tensors were never written", path_);
   out_->finish();
+  // Complete and on disk: only now does it take the name (a reader never sees half a file).
+  if (std::rename((path_ + ".partial").c_str(), path_.c_str()) != 0)
+    throw Error(path_ + ": cannot rename " + path_ + ".partial to it", path_);
+  finished_ = true;
 }
 
 }  // namespace zero::checkpoint

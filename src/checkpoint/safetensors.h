@@ -29,9 +29,12 @@ class SafetensorsWriter {
   ~SafetensorsWriter();
   // The next tensor's bytes, in the order of `entries` (its size is checked).
   void append(const void* data, uint64_t bytes);
-  void finish();  // every tensor written; fsyncs and closes
+  // Every tensor written: fsyncs, closes, and renames PATH.partial (where the writing goes) to
+  // PATH. A writer destroyed before finish() removes PATH.partial and leaves PATH as it was.
+  void finish();
 
  private:
+  bool finished_ = false;
   std::string path_;
   std::vector<SafetensorsEntry> entries_;
   size_t next_ = 0;

@@ -14,6 +14,7 @@
 
 #include "checkpoint/files.h"
 #include "zero/error.h"
+#include "util/json_from_file.h"
 
 namespace zero::checkpoint {
 namespace {
@@ -71,8 +72,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   data_offset_ = 8 + header_bytes;
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes) + 8,
-                                   reinterpret_cast<const char*>(bytes) + data_offset_);
+    header = parse_json_from(reinterpret_cast<const char*>(bytes) + 8,
+                             reinterpret_cast<const char*>(bytes) + data_offset_, path);
   } catch (const nlohmann::json::exception& e) {
     bad_file(path, std::string("bad header: not JSON (") + e.what() + ")");
   }
@@ -162,7 +163,7 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) : dir_(dir) {
     sharded_ = true;
     nlohmann::json index;
     try {
-      index = nlohmann::json::parse(read_text_file(index_path.string()));
+      index = parse_json_from(read_text_file(index_path.string()), index_path.string());
     } catch (const nlohmann::json::exception& e) {
       bad_file(index_path.string(), std::string("not JSON (") + e.what() + ")");
     }

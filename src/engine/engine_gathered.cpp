@@ -120,22 +120,14 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
   std::vector<checkpoint::SafetensorsEntry> entries;
   for (const auto& p : parameter_infos())
     entries.push_back({p.name, safetensors_dtype(p.dtype), p.shape, static_cast<uint64_t>(p.bytes)});
+  // The writer writes FILE.partial and renames it on finish: a failed save leaves nothing behind.
   const std::filesystem::path path = std::filesystem::path(dir) / file;
-  const std::string partial = path.string() + ".partial";
   std::unique_ptr<checkpoint::SafetensorsWriter> writer;
-  struct RemovePartial {  // a failed save leaves nothing behind
-    const std::string& path;
-    bool done = false;
-    ~RemovePartial() {
-      std::error_code ec;
-      if (!done) std::filesystem::remove(path, ec);
-    }
-  } cleanup{partial};
   auto open = [&] {  // on rank 0, at its first parameter (or at the end when there is none)
     if (writer) return;
     std::filesystem::create_directories(dir);
     writer = std::make_unique<checkpoint::SafetensorsWriter>(
-        partial, entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
+        path.string(), entries, std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zerocpp"}});
   };
   visit_whole_parameters(
       [&](size_t, const at::Tensor& param) {
@@ -146,11 +138,9 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
       [&] {
         open();
         writer->finish();
-        std::filesystem::rename(partial, path);
         checkpoint::fsync_directory(dir);
       },
       0, "save_16bit_model");
-  cleanup.done = true;
   return true;
 }
 

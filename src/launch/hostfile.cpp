@@ -1,9 +1,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "launch/launch_plan.h"
 #include "zero/error.h"
@@ -70,10 +73,27 @@ std::vector<HostSlots> parse_filter(const std::string& spec, const char* flag, c
   return out;
 }
 
+// A host name as DNS, /etc/hosts or an IPv4/IPv6 address spells it: letters, digits, '.', '-',
+// '_' and ':', at most 253, never a leading '-' or '.'. Anything else (a name that starts with
+// '-' would reach ssh as an option, e.g. "-oProxyCommand=...") is refused.
+bool is_host_name(const std::string& host) {
+  if (host.empty() || host.size() > 253 || host.front() == '-' || host.front() == '.') return false;
+  return std::all_of(host.begin(), host.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':';
+  });
+}
+
+// More slots than this on one host is a typo or a hostile file (DeepSpeed's hosts have a few GPUs;
+// a CPU host one slot per core).
+constexpr int kMaxSlotsPerHost = 4096;
+// More hosts than the largest clusters have.
+constexpr size_t kMaxHosts = 65536;
+
 }  // namespace
 
 std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string& origin) {
   std::vector<HostSlots> hosts;
+  std::unordered_set<std::string> listed;
   std::istringstream in(text);
   std::string raw;
   for (int line = 1; std::getline(in, raw); ++line) {
@@ -85,13 +105,25 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
     int slots = 0;
     if (slots_word.rfind("slots=", 0) != 0 || !extra.empty() || !parse_non_negative(slots_word.substr(6), &slots) ||
         slots == 0) {
-      throw Error(fmt::format("{} line {}: expected \"HOST slots=N\" with N >= 1, got \"{}\"", origin, line, content),
+      throw Error(fmt::format("{} line {}: expected \"HOST slots=N\" with N >= 1, got \"{}\"", origin, line,
+                              content.substr(0, 200)),
                   origin);
     }
-    for (const auto& h : hosts) {
-      if (h.host == host)
-        throw Error(fmt::format("{} line {}: host \"{}\" is listed twice", origin, line, host), origin);
+    if (!is_host_name(host)) {
+      throw Error(fmt::format("{} line {}: \"{}\" is not a host name (letters, digits, '.', '-', '_' and ':', not "
+                              "starting with '-' or '.')",
+                              origin, line, host.substr(0, 200)),
+                  origin);
     }
+    if (slots > kMaxSlotsPerHost) {
+      throw Error(fmt::format("{} line {}: host \"{}\" has slots={}, more than {} per host", origin, line, host,
+                              slots, kMaxSlotsPerHost),
+                  origin);
+    }
+    if (hosts.size() == kMaxHosts)
+      throw Error(fmt::format("{} line {}: more than {} hosts", origin, line, kMaxHosts), origin);
+    if (!listed.insert(host).second)  // by hash: linear in the hosts
+      throw Error(fmt::format("{} line {}: host \"{}\" is listed twice", origin, line, host), origin);
     HostSlots h{host, {}};
     for (int s = 0; s < slots; ++s) h.slots.push_back(s);
     hosts.push_back(h);
@@ -102,6 +134,12 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
 }
 
 std::vector<HostSlots> read_hostfile(const std::string& path) {
+  // A regular file of a size a hostfile can have (a FIFO or a device would never end).
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(fmt::format("the hostfile {} is not a regular file (or cannot be read)", path), path);
+  if (std::filesystem::file_size(path, ec) > (uint64_t{64} << 20))
+    throw Error(fmt::format("the hostfile {} is larger than 64 MiB", path), path);
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("cannot open the hostfile {}", path), path);
   std::ostringstream text;

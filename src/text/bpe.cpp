@@ -40,7 +40,18 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& path) {
     refuse("dropout", "BPE dropout");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty()) refuse(key, "a value");
-  for (const auto& [token, id] : model.at("vocab").items()) vocab_.emplace(token, id.get<int32_t>());
+  // Ids are checked before anything is sized by them: a 392-byte file with one id of 1e8 would
+  // otherwise ask for an id table of gigabytes, and an id of 2^40 + 1 would wrap to 1.
+  const nlohmann::json& vocab = model.at("vocab");
+  if (!vocab.is_object()) throw Error(path + ".vocab: not a JSON object of token → id", path + ".vocab");
+  const int64_t limit = max_token_id(static_cast<int64_t>(vocab.size()));
+  for (const auto& [token, id] : vocab.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limit)
+      throw Error(path + ".vocab[\"" + token.substr(0, 80) + "\"]: id " + id.dump().substr(0, 40) + " is not in [0, " +
+                      std::to_string(limit) + ") (the vocabulary has " + std::to_string(vocab.size()) + " entries)",
+                  path + ".vocab");
+    vocab_.emplace(token, static_cast<int32_t>(id.get<int64_t>()));
+  }
   byte_fallback_ = model.value("byte_fallback", false);
   fuse_unk_ = model.value("fuse_unk", false);
   ignore_merges_ = model.value("ignore_merges", false);

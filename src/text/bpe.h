@@ -3,6 +3,7 @@
 // lowest rank first and leftmost among equals, as the tokenizers library merges them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -12,6 +13,11 @@
 #include <nlohmann/json_fwd.hpp>
 
 namespace zero::text {
+
+// The largest token id (exclusive) a tokenizer with `entries` vocabulary entries may use: room for
+// holes and added tokens, never more than an int32, so that a table indexed by id stays in
+// proportion to the file.
+inline int64_t max_token_id(int64_t entries) { return std::min<int64_t>(entries + (int64_t{1} << 20), INT32_MAX); }
 
 class Bpe {
  public:

@@ -16,6 +16,7 @@
 #include "text/bpe.h"
 #include "text/pipeline.h"
 #include "zero/error.h"
+#include "util/json_from_file.h"
 
 namespace zero::text {
 namespace fs = std::filesystem;
@@ -49,7 +50,7 @@ json read_json(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw Error(file.string() + ": cannot open", file.string());
   try {
-    return json::parse(in);
+    return parse_json_from(in, file.string());
   } catch (const json::exception& e) {
     throw Error(file.string() + ": not valid JSON: " + e.what(), file.string());
   }
@@ -117,7 +118,11 @@ Tokenizer Tokenizer::load(const std::string& file_or_dir) {
         throw Error(where + " (" + a.value("content", std::string()) +
                         "): matching added tokens in normalized text is not supported by zerocpp's tokenizer",
                     where);
-      impl->added.push_back({a.at("content").get<std::string>(), a.at("id").get<int32_t>(), special});
+      const json& id = a.at("id");
+      const int64_t limit = max_token_id(static_cast<int64_t>(impl->model->vocab().size() + added.size()));
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limit)
+        throw Error(where + ".id: " + id.dump().substr(0, 40) + " is not in [0, " + std::to_string(limit) + ")", where);
+      impl->added.push_back({a.at("content").get<std::string>(), static_cast<int32_t>(id.get<int64_t>()), special});
     }
   } catch (const json::exception& e) {
     throw Error(file.string() + ": " + e.what(), file.string());

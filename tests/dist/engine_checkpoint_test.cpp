@@ -3,12 +3,15 @@
 // missing files, and mismatched parameter names, are errors naming the file or the parameter.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "checkpoint/consolidate.h"
+#include "checkpoint/files.h"
 #include "checkpoint/reader.h"
 #include "models/tiny/tiny_transformer.h"
 #include "tests/dist/dist_test_world.h"
@@ -222,13 +225,23 @@ TEST(EngineCheckpoint, AFailedLoadChangesNothingOnAnyRank) {
   }
 }
 
+namespace {
+
+// DIR/good: a one-process stage-1 run's checkpoint after 2 steps, for the tests that damage it.
+fs::path saved_checkpoint(const std::string& name, Session& s) {
+  const fs::path dir = fs::temp_directory_path() / (name + "." + std::to_string(getpid()));
+  s.run(0, 2);
+  s.engine->save_checkpoint(dir.string(), "good");
+  return dir;
+}
+
+}  // namespace
+
 TEST(EngineCheckpoint, DamagedFilesAndNamesAreClearErrors) {
   if (test_world().rank() != 0) return;  // one process, its own files
   zero::World single = zero::World::single_process();
-  const fs::path dir = fs::temp_directory_path() / ("zero_ckpt_damage." + std::to_string(getpid()));
   Session s(config(1), single);
-  s.run(0, 2);
-  s.engine->save_checkpoint(dir.string(), "good");
+  const fs::path dir = saved_checkpoint("zero_ckpt_damage", s);
   const fs::path shard = dir / "good" / "rank0.bin";
   const fs::path pristine = dir / "pristine.bin";
   fs::copy_file(shard, pristine);
@@ -284,6 +297,78 @@ TEST(EngineCheckpoint, DamagedFilesAndNamesAreClearErrors) {
   lenient.strict = false;
   EXPECT_EQ(error_of([&] { engine.load_checkpoint(dir.string(), lenient); }), "");
   EXPECT_TRUE(renamed.a->weight.equal(s.model->fc1->weight)) << "fc1 loads by name";
+  fs::remove_all(dir);
+}
+
+// A checkpoint from elsewhere (issue 37): whatever its manifest says, a load reads only the
+// regular files inside DIR/TAG, checks every key before using it, and ends in bounded time with
+// an error naming the manifest (or the file) and the key.
+TEST(EngineCheckpoint, ManifestsFromElsewhereAreContained) {
+  if (test_world().rank() != 0) return;  // one process, its own files
+  zero::World single = zero::World::single_process();
+  Session s(config(1), single);
+  const fs::path dir = saved_checkpoint("zero_ckpt_hostile", s);
+  const fs::path manifest = dir / "good" / "manifest.json";
+  const std::string pristine = zero::checkpoint::read_text_file(manifest.string());
+  // Each case: an edit of the manifest, and what the error must say after the manifest's path.
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"traversal", [](nlohmann::json& m) { m["files"][0]["file"] = "../../../../etc/passwd"; },
+       "files[0].file: \"../../../../etc/passwd\" is not a file name inside the checkpoint"},
+      {"absolute path", [](nlohmann::json& m) { m["rng_states"][0]["file"] = "/etc/passwd"; },
+       "rng_states[0].file: \"/etc/passwd\" is not a file name inside the checkpoint"},
+      {"missing file key", [](nlohmann::json& m) { m["files"][0].erase("file"); }, "files[0].file: missing"},
+      {"missing counters", [](nlohmann::json& m) { m.erase("counters"); }, "(the manifest).counters: missing"},
+      {"a counter of the wrong type", [](nlohmann::json& m) { m["counters"]["global_steps"] = "2"; },
+       "counters.global_steps: not an integer"},
+      {"a shape that overflows", [](nlohmann::json& m) { m["params"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; },
+       "params[0].shape: its element count overflows"},
+      {"a fragment past its parameter", [](nlohmann::json& m) { m["files"][0]["fragments"][0][2] = int64_t{1} << 50; },
+       "files[0].fragments[0][2]:"},
+      {"a fragment past the file's buffer", [](nlohmann::json& m) { m["files"][0]["fragments"][0][3] = int64_t{1} << 40; },
+       "files[0].fragments[0][3]:"},
+      {"a parameter index out of range", [](nlohmann::json& m) { m["files"][0]["fragments"][0][0] = 99; },
+       "files[0].fragments[0][0]: 99 is outside"},
+      {"a random state of a gigabyte", [](nlohmann::json& m) { m["rng_states"][0]["bytes"] = int64_t{1} << 30; },
+       "rng_states[0].bytes:"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json m = nlohmann::json::parse(pristine);
+    c.edit(m);
+    std::ofstream(manifest) << m.dump();
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << c.what;
+    EXPECT_NE(e.find(manifest.string() + ": " + c.says), std::string::npos) << c.what << ": " << e;
+  }
+  std::ofstream(manifest) << pristine;
+  EXPECT_EQ(error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); }), "");
+
+  // The files themselves: a link (to a device that never ends, or to a file outside), a FIFO
+  // (that would block the reader forever), a directory. Refused before anything is read.
+  const fs::path shard = dir / "good" / "rank0.bin", kept = dir / "rank0.bin.kept";
+  fs::rename(shard, kept);
+  const auto refused = [&](const std::string& says) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << says;
+    EXPECT_NE(e.find(shard.string() + ": " + says), std::string::npos) << e;
+    fs::remove(shard);
+  };
+  fs::create_symlink("/dev/zero", shard);
+  refused("is a symbolic link");
+  fs::create_symlink(kept, shard);
+  refused("is a symbolic link");
+  ASSERT_EQ(mkfifo(shard.c_str(), 0600), 0);
+  refused("is a FIFO, not a regular file");
+  fs::create_directory(shard);
+  refused("is a directory, not a regular file");
+  fs::rename(kept, shard);
+  EXPECT_EQ(error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); }), "");
   fs::remove_all(dir);
 }
 

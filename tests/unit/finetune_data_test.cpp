@@ -135,6 +135,10 @@ TEST(InstructionData, ErrorsNameTheFileAndLine) {
   EXPECT_NE(error_of(object).find(object + ": one JSON object; the data set must be a JSON array"), std::string::npos)
       << error_of(object);
   EXPECT_NE(error_of("/nonexistent/data.json").find("cannot open the data set /nonexistent/data.json"), std::string::npos);
+  // A record nested 100 000 deep (issue 37): an error naming the line, not a stack overflow.
+  const std::string deep = write("deep.jsonl", "{\"instruction\": " + std::string(100'000, '[') +
+                                                   std::string(100'000, ']') + "}\n");
+  EXPECT_NE(error_of(deep).find(deep + ":1: JSON nested deeper than 128 levels"), std::string::npos) << error_of(deep);
 }
 
 TEST(SftBatches, EachEpochDealsEveryExampleOnceWhateverTheWorld) {

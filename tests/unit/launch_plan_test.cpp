@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string>
+
 #include "launch/rank_status.h"
 #include "zero/error.h"
 
@@ -63,6 +66,45 @@ TEST(Hostfile, BadLinesNameFileAndLine) {
       EXPECT_NE(std::string(e.what()).find(b.fragment), std::string::npos) << e.what();
     }
   }
+}
+
+// Hostfiles from elsewhere (issue 37): a host name that would reach ssh as an option, control
+// bytes, a slot count that asks for gigabytes; a million hosts are checked in linear time.
+TEST(Hostfile, HostileFilesAreClearErrorsInBoundedTime) {
+  struct Bad {
+    std::string text;
+    const char* fragment;
+  };
+  for (const Bad& b : {Bad{"-oProxyCommand=touch${IFS}/tmp/pwned slots=1\n", "is not a host name"},
+                       Bad{"worker-1 slots=1\n-l slots=1\n", "hosts line 2: \"-l\" is not a host name"},
+                       Bad{std::string("work\x01er slots=1\n"), "is not a host name"},
+                       Bad{"w;reboot slots=1\n", "is not a host name"}, Bad{".hidden slots=1\n", "is not a host name"},
+                       Bad{"w slots=100000000\n", "more than 4096 per host"}}) {
+    try {
+      parse_hostfile(b.text, "hosts");
+      ADD_FAILURE() << "accepted: " << b.text;
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.fragment), std::string::npos) << e.what();
+    }
+  }
+  // IPv4, IPv6 and underscores are host names.
+  EXPECT_EQ(parse_hostfile("10.0.0.7 slots=2\nfe80::1 slots=1\nnode_3 slots=1\n", "hosts").size(), 3u);
+  // The million hosts whose quadratic duplicate check hung: refused at the 65537th; a duplicate
+  // among the 65536 allowed is found by hash.
+  std::string many;
+  for (int i = 0; i < 1'000'000; ++i) many += "h" + std::to_string(i) + " slots=1\n";
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& [text, fragment] :
+       {std::pair<std::string, std::string>{many, "hosts line 65537: more than 65536 hosts"},
+        {many.substr(0, many.find("h65535 ")) + "h0 slots=1\n", "hosts line 65536: host \"h0\" is listed twice"}}) {
+    try {
+      parse_hostfile(text, "hosts");
+      ADD_FAILURE() << "accepted: " << fragment;
+    } catch (const zero::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
 }
 
 TEST(LaunchPlan, LocalRun) {

@@ -117,6 +117,10 @@ TEST_F(LlmcFiles, BadCheckpointsNameFileAndField) {
   patch(file, 16, &value, 4);
   expect("header field L = 0, must be positive");
   fresh();
+  value = 1 << 30;  // C = 2^30 (NH = 2 divides it): 4·C·C wraps int64; refused before any size check
+  patch(file, 24, &value, 4);
+  expect("the header's shape (L, C, V, maxT) needs more parameters than any file can hold");
+  fresh();
   std::filesystem::resize_file(file, std::filesystem::file_size(file) - 4);
   expect("truncated");
   fresh();

@@ -1,0 +1,44 @@
+// JSON written by someone else (a model directory, a tokenizer, instruction data, a checkpoint):
+// parsed with a nesting limit. nlohmann's parser is iterative, but dump(), comparisons and the
+// readers' own walks recurse once per level, so a few kilobytes of brackets would overflow the
+// stack later; here they are an error naming the file at once.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "zero/error.h"
+
+namespace zero {
+
+// Deeper than any real file of these formats (a tokenizer.json is about 6 levels deep).
+inline constexpr int kMaxJsonDepth = 128;
+
+// Json: nlohmann::json or nlohmann::ordered_json; Input: what Json::parse takes (a string, an
+// istream, a pair of iterators passed as two arguments to the overload below). Parse errors are
+// nlohmann's, as from Json::parse; too deep is a zero::Error naming `origin`.
+template <class Json = nlohmann::json, class Input>
+Json parse_json_from(Input&& input, const std::string& origin, bool allow_exceptions = true) {
+  return Json::parse(
+      std::forward<Input>(input),
+      [&origin](int depth, typename Json::parse_event_t, Json&) {
+        if (depth > kMaxJsonDepth) {
+          throw Error(origin + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels", origin);
+        }
+        return true;
+      },
+      allow_exceptions);
+}
+
+template <class Json = nlohmann::json, class Iterator>
+Json parse_json_from(Iterator first, Iterator last, const std::string& origin) {
+  return Json::parse(first, last, [&origin](int depth, typename Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) {
+      throw Error(origin + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels", origin);
+    }
+    return true;
+  });
+}
+
+}  // namespace zero

@@ -1,0 +1,161 @@
+// Files from elsewhere (issue 37), torch-free: whatever the bytes, each reader ends with an error
+// naming the file (and the key where there is one) in bounded time and memory — deep nesting in
+// every JSON reader, devices and FIFOs where a regular file belongs. The checkpoint's own
+// containment cases are in tests/dist/engine_checkpoint_test.cpp (ManifestsFromElsewhereAreContained),
+// the hostfile's in tests/unit/launch_plan_test.cpp (HostileFilesAreClearErrorsInBoundedTime).
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "checkpoint/reader.h"
+#include "checkpoint/safetensors_reader.h"
+#include "launch/launch_plan.h"
+#include "models/finetune/trainer_files.h"
+#include "models/llama/llama_config.h"
+#include "text/tokenizer.h"
+#include "zero/error.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory of its own for each test.
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("zero_elsewhere_" + name + "." + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// `fn` must throw a zero::Error containing `says`, within 10 s (a bound, not a benchmark).
+void expect_error(const std::string& what, const std::function<void()>& fn, const std::string& says) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string error = "(no error)";
+  try {
+    fn();
+  } catch (const zero::Error& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << what;
+  EXPECT_NE(error.find(says), std::string::npos) << what << ": " << error;
+}
+
+// 100 000 levels: a 200 KB file that overflowed the stack of every recursive walk.
+std::string nested(const std::string& open, const std::string& close, int depth = 100'000) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += open;
+  for (int i = 0; i < depth; ++i) s += close;
+  return s;
+}
+
+int64_t peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+}  // namespace
+
+TEST(FilesFromElsewhere, DeepNestingInEveryJsonReaderIsAnError) {
+  const fs::path dir = scratch("deep");
+  const std::string deep = "{\"a\": " + nested("[", "]") + "}";
+  const std::string too_deep = ": JSON nested deeper than 128 levels";
+
+  const fs::path config = dir / "config.json";
+  write(config, deep);
+  expect_error("config.json", [&] { zero::llama::read_llama_config(config.string()); }, config.string() + too_deep);
+
+  const fs::path tokenizer = dir / "tokenizer.json";
+  write(tokenizer, "{\"model\": {\"type\": \"BPE\"}, \"pre_tokenizer\": " +
+                       nested("{\"type\": \"Sequence\", \"pretokenizers\": [", "]}") + "}");
+  expect_error("tokenizer.json", [&] { zero::text::Tokenizer::load(tokenizer.string()); },
+               tokenizer.string() + too_deep);
+
+  const fs::path shard = dir / "model.safetensors";
+  const std::string header = "{\"__metadata__\": " + nested("[", "]") + "}";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  write(shard, bytes + header);
+  expect_error("safetensors header", [&] { zero::checkpoint::SafetensorsFile file(shard.string()); },
+               shard.string() + too_deep);
+
+  const fs::path state = dir / "trainer_state.json";
+  write(state, deep);
+  expect_error("trainer_state.json", [&] { zero::finetune::read_trainer_state(state.string()); },
+               state.string() + too_deep);
+
+  fs::create_directories(dir / "ckpt" / "global_step1");
+  write(dir / "ckpt" / "latest", "global_step1");
+  const fs::path manifest = dir / "ckpt" / "global_step1" / "manifest.json";
+  write(manifest, "{\"format\": \"zerocpp-checkpoint\", \"version\": 1, \"client_state\": " + nested("[", "]") + "}");
+  expect_error("checkpoint manifest", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
+               manifest.string() + too_deep);
+  EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
+  fs::remove_all(dir);
+}
+
+// A few hundred bytes that asked for gigabytes: an id of 1e8 sized a table of 1e8 tokens (3.1 GB);
+// an id of 2^40 + 1 wrapped to 1. Both are errors naming the key, before anything is sized.
+TEST(FilesFromElsewhere, TokenIdsAreCheckedBeforeTheyAreUsed) {
+  const fs::path dir = scratch("ids");
+  const auto tokenizer_with = [&](const std::string& vocab_id, const std::string& added_id) {
+    const fs::path file = dir / "tokenizer.json";
+    write(file, R"({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0, "b": )" + vocab_id +
+                    R"(}, "merges": []}, "added_tokens": [{"id": )" + added_id +
+                    R"(, "content": "<s>", "special": true}]})");
+    return file.string();
+  };
+  const std::string big = tokenizer_with("100000000", "2");
+  expect_error("vocab id 1e8", [&] { zero::text::Tokenizer::load(big); },
+               "tokenizer.json: model.vocab[\"b\"]: id 100000000 is not in [0, 1048578)");
+  const std::string wraps = tokenizer_with("1099511627777", "2");
+  expect_error("vocab id 2^40+1", [&] { zero::text::Tokenizer::load(wraps); }, "id 1099511627777 is not in [0,");
+  const std::string added = tokenizer_with("1", "4294967297");
+  expect_error("added id 2^32+1", [&] { zero::text::Tokenizer::load(added); },
+               "added_tokens[0].id: 4294967297 is not in [0,");
+  EXPECT_NO_THROW(zero::text::Tokenizer::load(tokenizer_with("1", "2")));
+  EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
+  fs::remove_all(dir);
+}
+
+TEST(FilesFromElsewhere, DevicesAndFifosAreNotRegularFiles) {
+  const fs::path dir = scratch("special");
+  // A config.json linked to /dev/zero (which never ends), and a FIFO (whose open blocks).
+  const fs::path config = dir / "config.json";
+  fs::create_symlink("/dev/zero", config);
+  expect_error("config.json -> /dev/zero", [&] { zero::llama::read_llama_config(config.string()); },
+               config.string() + ": is a device, not a regular file");
+  fs::remove(config);
+  ASSERT_EQ(mkfifo(config.c_str(), 0600), 0);
+  expect_error("config.json a FIFO", [&] { zero::llama::read_llama_config(config.string()); },
+               config.string() + ": is a FIFO, not a regular file");
+
+  fs::create_directories(dir / "ckpt" / "t");
+  write(dir / "ckpt" / "latest", "t");
+  ASSERT_EQ(mkfifo((dir / "ckpt" / "t" / "manifest.json").c_str(), 0600), 0);
+  expect_error("manifest a FIFO", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
+               "manifest.json: is a FIFO, not a regular file");
+
+  const fs::path hosts = dir / "hostfile";
+  ASSERT_EQ(mkfifo(hosts.c_str(), 0600), 0);
+  expect_error("hostfile a FIFO", [&] { zero::launch::read_hostfile(hosts.string()); },
+               "the hostfile " + hosts.string() + " is not a regular file");
+
+  // A text file larger than a text file of these formats may be (64 MiB): refused as it is read,
+  // not held whole. (A sparse file: no disk is used.)
+  const fs::path huge = dir / "huge.json";
+  { std::ofstream(huge) << "{"; }
+  fs::resize_file(huge, (uint64_t{64} << 20) + 1);
+  expect_error("a config.json over 64 MiB", [&] { zero::llama::read_llama_config(huge.string()); },
+               huge.string() + ": larger than 67108864 bytes");
+  EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
+  fs::remove_all(dir);
+}
