@@ -41,7 +41,17 @@ struct Node;
 using NodePtr = std::unique_ptr<Node>;
 using Nodes = std::vector<NodePtr>;
 
+// A template from elsewhere may nest or chain without end ("((((...", "a+a+a+...", "not not ...").
+// The parser refuses more than this many levels in any path from a statement to a leaf, so that
+// rendering (which recurses once per level) stays within the stack.
+inline constexpr int kMaxTemplateDepth = 256;
+
 struct Node {
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Iterative: destroying a chain of 100 000 nodes must not recurse 100 000 deep.
+  ~Node();
   NodeKind kind;
   int line = 0;
   std::string name;

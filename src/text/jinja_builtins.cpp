@@ -148,9 +148,11 @@ Value range(const Args& args) {
   if (args.positional.size() > 1) start = stop, stop = args.positional[1].number;
   if (args.positional.size() > 2) step = args.positional[2].number;
   if (step == 0) fail("range() step must not be zero");
+  // Counted before anything is built: range(10**12) is refused at once, not after gigabytes.
+  constexpr double kMaxItems = 1 << 18;  // the interpreter's budget for one list
+  if ((stop - start) / step > kMaxItems) fail("range() of more than 262144 items (the template's budget)");
   Array out;
   for (double i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (out.size() >= 10'000'000) fail("range() is too long");
     out.push_back(std::trunc(i) == i ? Value::integer(i) : Value::floating(i));
   }
   return Value::list(std::move(out));

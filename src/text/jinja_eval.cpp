@@ -26,6 +26,25 @@ struct Scope {
 
 enum class Flow { Normal, Break, Continue };
 
+// A template from elsewhere is a program: it may loop without end (nested loops over range) or
+// double a string until memory is gone. Rendering stops with an error naming the budget:
+// statements and expressions evaluated, bytes written, bytes in one string, items in one list.
+// Real templates over long conversations stay far below (Llama 3.1's over 8 000 messages: ~10^6
+// steps).
+constexpr int64_t kMaxSteps = 20'000'000;
+constexpr size_t kMaxOutputBytes = size_t{32} << 20;
+constexpr size_t kMaxStringBytes = size_t{16} << 20;
+constexpr size_t kMaxListItems = size_t{1} << 18;
+// A loop's iteration costs more than a step (the loop variable, `loop`'s nine attributes).
+constexpr int64_t kStepsPerIteration = 8;
+
+void check_size(const Value& v) {
+  if (v.kind == Kind::String && v.text.size() > kMaxStringBytes)
+    fail("a string longer than " + std::to_string(kMaxStringBytes) + " bytes (the template's budget)");
+  if (v.kind == Kind::Array && v.array->size() > kMaxListItems)
+    fail("a list of more than " + std::to_string(kMaxListItems) + " items (the template's budget)");
+}
+
 Value binary_numbers(const std::string& op, const Value& l, const Value& r) {
   const double a = l.number, b = r.number;
   const bool floating = l.kind == Kind::Float || r.kind == Kind::Float;
@@ -53,6 +72,13 @@ Value power(const Value& l, const Value& r) {
 }
 
 // The reference's binary operators, in its order of checks (see docs/chat_templates.md).
+// Two strings joined, refused before the join when the result would pass the budget.
+Value concatenated(const std::string& a, const std::string& b) {
+  if (a.size() + b.size() > kMaxStringBytes)
+    fail("a string longer than " + std::to_string(kMaxStringBytes) + " bytes (the template's budget)");
+  return Value::string(a + b);
+}
+
 Value binary(const std::string& op, const Value& l, const Value& r) {
   if (op == "==") return Value::of(loose_equals(l, r));
   if (op == "!=") return Value::of(!loose_equals(l, r));
@@ -62,13 +88,15 @@ Value binary(const std::string& op, const Value& l, const Value& r) {
     fail("cannot apply '" + op + "' to an undefined value");
   }
   if (l.kind == Kind::Null || r.kind == Kind::Null) fail("cannot apply '" + op + "' to none");
-  if (op == "~") return Value::string(js_string(l) + js_string(r));
+  if (op == "~") return concatenated(js_string(l), js_string(r));
   const auto numeric = [](const Value& v) { return v.is_number() || v.kind == Kind::Bool; };
   if (op == "**" && numeric(l) && numeric(r)) return power(l, r);
   if (l.is_number() && r.is_number()) {
     if (Value v = binary_numbers(op, l, r); v.kind != Kind::Undefined) return v;
   } else if (l.kind == Kind::Array && r.kind == Kind::Array) {
     if (op == "+") {
+      if (l.array->size() + r.array->size() > kMaxListItems)
+        fail("a list of more than " + std::to_string(kMaxListItems) + " items (the template's budget)");
       Array joined = *l.array;
       joined.insert(joined.end(), r.array->begin(), r.array->end());
       return Value::list(std::move(joined));
@@ -78,7 +106,7 @@ Value binary(const std::string& op, const Value& l, const Value& r) {
     for (const Value& item : *r.array) found = found || strict_equals(item, l);
     return Value::of(found == (op == "in"));
   }
-  if ((l.kind == Kind::String || r.kind == Kind::String) && op == "+") return Value::string(js_string(l) + js_string(r));
+  if ((l.kind == Kind::String || r.kind == Kind::String) && op == "+") return concatenated(js_string(l), js_string(r));
   if (l.kind == Kind::String && r.kind == Kind::String && membership)
     return Value::of((r.text.find(l.text) != std::string::npos) == (op == "in"));
   if (l.kind == Kind::String && r.kind == Kind::Object && membership)
@@ -96,16 +124,29 @@ class Interpreter {
 
   Value eval(const Node& n, Scope& scope) {
     try {
-      return evaluate(n, scope);
+      step();
+      Value v = evaluate(n, scope);
+      check_size(v);
+      return v;
     } catch (const EvalError& e) {
       throw Error("chat template: " + e.message + " at line " + std::to_string(n.line));
     }
   }
 
  private:
+  void step(int64_t cost = 1) {
+    if ((steps_ += cost) > kMaxSteps)
+      fail("rendering took more than " + std::to_string(kMaxSteps) + " steps (the template's budget: a loop without end?)");
+  }
+  int64_t steps_ = 0;
+
   Flow exec(const Node& n, Scope& scope, std::string& out) {
     try {
-      return execute(n, scope, out);
+      step();
+      const Flow f = execute(n, scope, out);
+      if (out.size() > kMaxOutputBytes)
+        fail("the output passed " + std::to_string(kMaxOutputBytes) + " bytes (the template's budget)");
+      return f;
     } catch (const EvalError& e) {
       throw Error("chat template: " + e.message + " at line " + std::to_string(n.line));
     }
@@ -172,6 +213,7 @@ class Interpreter {
     bool ran = false;
     const double length = static_cast<double>(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
+      step(kStepsPerIteration);
       const double index = static_cast<double>(i);
       Object info;
       info.entries = {{"index", Value::integer(index + 1)}, {"index0", Value::integer(index)},

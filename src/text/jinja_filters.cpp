@@ -143,6 +143,7 @@ Value tojson(const Value& operand, const Args& args) {
   for (const auto& [key, v] : args.keyword) {
     if (key == "indent") {
       if (v.kind != Kind::Int && v.kind != Kind::Null) fail("tojson's indent must be an integer");
+      if (v.kind == Kind::Int && v.number > 64) fail("tojson's indent must be at most 64");
       options.indent = v.kind == Kind::Int && v.number > 0 ? static_cast<int>(v.number) : 0;
     } else if (key == "ensure_ascii") {
       if (v.kind != Kind::Bool) fail("tojson's ensure_ascii must be a boolean");
@@ -291,6 +292,7 @@ Value apply_filter(const Node& filter, const Value& operand, const Args& args) {
     if (name == "indent") {
       const Value* width = args.get(0, "width");
       if (width && width->kind != Kind::Int) fail("indent's width must be an integer");
+      if (width && std::fabs(width->number) > 1024) fail("indent's width must be at most 1024");
       const Value* first = args.get(1, "first");
       const Value* blank = args.get(2, "blank");
       return indent(operand.text, width ? static_cast<int>(width->number) : 4, first && truthy(*first), blank && truthy(*blank));

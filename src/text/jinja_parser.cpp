@@ -3,11 +3,52 @@
 // not implement are refused here with their name and line. Unknown filters, tests, functions and
 // methods are refused when rendering reaches them, as the reference does: Llama 3.1's template
 // uses `reject`, which it lacks, on a branch that only `builtin_tools` takes.
+#include <algorithm>
+#include <utility>
+
 #include "text/jinja_ast.h"
 #include "zero/error.h"
 
 namespace zero::text::jinja {
+
+Node::~Node() {
+  std::vector<NodePtr> pending;
+  const auto take = [&pending](Node& n) {
+    for (NodePtr* child : {&n.a, &n.b, &n.c})
+      if (*child) pending.push_back(std::move(*child));
+    for (Nodes* list : {&n.items, &n.values, &n.body, &n.orelse}) {
+      for (NodePtr& child : *list)
+        if (child) pending.push_back(std::move(child));
+      list->clear();
+    }
+  };
+  take(*this);
+  while (!pending.empty()) {
+    NodePtr n = std::move(pending.back());
+    pending.pop_back();
+    take(*n);  // its children move here; it is destroyed childless at the end of the iteration
+  }
+}
+
 namespace {
+
+// The longest path from a node to a leaf, counted without recursion.
+int height(const Node& root) {
+  int tallest = 0;
+  std::vector<std::pair<const Node*, int>> stack{{&root, 1}};
+  while (!stack.empty()) {
+    const auto [n, depth] = stack.back();
+    stack.pop_back();
+    tallest = std::max(tallest, depth);
+    if (tallest > kMaxTemplateDepth) return tallest;  // enough to refuse it
+    for (const NodePtr* child : {&n->a, &n->b, &n->c})
+      if (*child) stack.push_back({child->get(), depth + 1});
+    for (const Nodes* list : {&n->items, &n->values, &n->body, &n->orelse})
+      for (const NodePtr& child : *list)
+        if (child) stack.push_back({child.get(), depth + 1});
+  }
+  return tallest;
+}
 
 class Parser {
  public:
@@ -15,11 +56,30 @@ class Parser {
 
   Nodes run() {
     Nodes program;
-    while (pos_ < t_.size()) add(program, any());
+    while (pos_ < t_.size()) {
+      add(program, any());
+      // Loops chain operators without recursing ("a+a+a+..."): the tree is measured as built.
+      if (!program.empty() && program.back() && height(*program.back()) > kMaxTemplateDepth)
+        fail("the template nests or chains more than " + std::to_string(kMaxTemplateDepth) +
+                 " levels deep (operators, parentheses, 'not', statements)",
+             program.back()->line);
+    }
     return program;
   }
 
  private:
+  // The parser's own recursion (nested parentheses, statements, `not`, unary signs) is bounded
+  // as it goes: a deeper template is refused before the stack is at risk.
+  struct Deeper {
+    explicit Deeper(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxTemplateDepth)
+        parser.fail("the template nests more than " + std::to_string(kMaxTemplateDepth) + " levels deep");
+    }
+    ~Deeper() { --parser.depth_; }
+    Parser& parser;
+  };
+  int depth_ = 0;
+
   // --- tokens
   bool is(Tok type, size_t ahead = 0) const { return pos_ + ahead < t_.size() && t_[pos_ + ahead].type == type; }
   bool is_name(const char* name, size_t ahead = 0) const { return is(Tok::Name, ahead) && t_[pos_ + ahead].value == name; }
@@ -56,6 +116,7 @@ class Parser {
 
   // --- statements
   NodePtr any() {
+    const Deeper deeper(*this);
     const Token& tok = t_[pos_];
     switch (tok.type) {
       case Tok::Comment: ++pos_; return nullptr;
@@ -193,6 +254,7 @@ class Parser {
   }
 
   NodePtr expression() {
+    const Deeper deeper(*this);
     const int at = line();
     NodePtr value = logical("or");
     if (!is_name("if")) return value;
@@ -227,6 +289,7 @@ class Parser {
 
   NodePtr negation() {
     if (!is_name("not")) return comparison();
+    const Deeper deeper(*this);
     auto n = node(NodeKind::Unary, t_[pos_++].line);
     n->name = "not";
     n->a = negation();
@@ -298,6 +361,7 @@ class Parser {
   }
 
   NodePtr unary() {
+    const Deeper deeper(*this);
     if ((is(Tok::Unary) || is(Tok::Additive)) && (t_[pos_].value == "-" || t_[pos_].value == "+")) {
       auto n = node(NodeKind::Unary, t_[pos_].line);
       n->name = t_[pos_++].value;

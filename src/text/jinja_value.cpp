@@ -20,9 +20,32 @@ bool is_array_index(const std::string& key, double& index) {
   return index < 4294967295.0;
 }
 
+namespace {
+
+// Printing a value walks into its items: a namespace or a list that contains itself would never
+// end. Past this many levels the value is refused.
+constexpr int kMaxValueDepth = 128;
+thread_local int g_printing_depth = 0;
+
+struct PrintingDeeper {
+  PrintingDeeper() {
+    if (++g_printing_depth > kMaxValueDepth) {
+      --g_printing_depth;
+      throw EvalError{"a value nested more than " + std::to_string(kMaxValueDepth) +
+                      " levels deep (a namespace or list that contains itself?)"};
+    }
+  }
+  ~PrintingDeeper() { --g_printing_depth; }
+  PrintingDeeper(const PrintingDeeper&) = delete;
+  PrintingDeeper& operator=(const PrintingDeeper&) = delete;
+};
+
+}  // namespace
+
 // RuntimeValue.toString in the reference: what printing and joining use. Note: the reference's
 // none holds JavaScript's undefined, not null, so it joins as "undefined" and === undefined.
 std::string runtime_string(const Value& v) {
+  const PrintingDeeper deeper;
   switch (v.kind) {
     case Kind::Undefined:
     case Kind::Null: return "undefined";
@@ -75,6 +98,7 @@ bool same_type_equals(const Value& a, const Value& b, JsType type) {
 
 // ToPrimitive of a list (Array.prototype.toString), a mapping (a JavaScript Map) or a function.
 std::string to_primitive(const Value& v) {
+  const PrintingDeeper deeper;
   if (v.kind != Kind::Array) return v.kind == Kind::Function ? "function" : "[object Map]";
   std::string out;
   for (size_t i = 0; i < v.array->size(); ++i) out += (i ? "," : "") + runtime_string((*v.array)[i]);
@@ -274,6 +298,7 @@ bool strict_equals(const Value& a, const Value& b) {
 }
 
 std::string to_json(const Value& v, const JsonOptions& options, int depth, bool undefined_as_null) {
+  const PrintingDeeper deeper;
   const std::string item_sep = options.has_separators ? options.item_separator : options.indent ? "," : ", ";
   const std::string key_sep = options.has_separators ? options.key_separator : ": ";
   switch (v.kind) {

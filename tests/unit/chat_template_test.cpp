@@ -8,10 +8,12 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <nlohmann/json.hpp>
 
 #include "text/chat_template.h"
@@ -161,6 +163,52 @@ TEST(ChatTemplateFunctions, RaiseExceptionStrftimeNowAndRange) {
   localtime_r(&now, &tm);
   EXPECT_EQ(render("{{ strftime_now('%Y') }} {{ strftime_now('100%%') }}"), std::to_string(tm.tm_year + 1900) + " 100%");
   EXPECT_EQ(render("{{ range(3) | join(',') }} {{ range(1, 7, 2) | list }}"), "0,1,2 [1, 3, 5]");
+}
+
+// Templates from elsewhere (issue 37): a chat template is a program a stranger wrote. Each of
+// these overflowed the stack, hung, or grew memory without bound; each now ends within 10 s with
+// an error naming the limit, and the process stays under 200 MB.
+TEST(ChatTemplateLimits, HostileTemplatesEndInBoundedTimeAndMemory) {
+  const auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  const struct {
+    const char* what;
+    std::string source;
+    const char* says;
+  } cases[] = {
+      {"nested parentheses", "{{ " + repeat("(", 100'000) + "1" + repeat(")", 100'000) + " }}",
+       "nests more than 256 levels deep"},
+      {"nested if", repeat("{% if x %}", 100'000), "nests more than 256 levels deep"},
+      {"not not not", "{{ " + repeat("not ", 100'000) + "x }}", "nests more than 256 levels deep"},
+      {"a long + chain", "{{ " + repeat("1 + ", 100'000) + "1 }}", "nests or chains more than 256 levels deep"},
+      {"a namespace that contains itself", "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}",
+       "a value nested more than 128 levels deep"},
+      {"nested loops", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "rendering took more than 20000000 steps"},
+      {"string doubling", "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+                          "{% endfor %}{{ ns.s }}",
+       "a string longer than 16777216 bytes"},
+      {"list doubling", "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
+                        "{% endfor %}",
+       "a list of more than 262144 items"},
+      {"output without end", "{% for i in range(200000) %}" + repeat("x", 1000) + "{% endfor %}",
+       "the output passed 33554432 bytes"},
+      {"tojson(indent=1e9)", "{{ [1, [2]] | tojson(indent=1000000000) }}", "tojson's indent must be at most 64"},
+      {"range(10**12)", "{{ range(10**12) | length }}", "range() of more than 262144 items"},
+  };
+  for (const auto& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string e = error_of(c.source, {{"x", true}});
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << c.what;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.what << ": " << e.substr(0, 300);
+    EXPECT_EQ(e.rfind("chat template: ", 0), 0u) << c.what << ": " << e.substr(0, 300);
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  EXPECT_LT(usage.ru_maxrss, 200 * 1024) << "KiB of peak RSS";
 }
 
 TEST(ChatTemplateRefusals, UnsupportedConstructsAreNamedWithTheirLine) {
