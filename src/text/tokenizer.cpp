@@ -114,7 +114,10 @@ Tokenizer Tokenizer::load(const std::string& file_or_dir) {
                           " is not supported by zerocpp's tokenizer",
                       where);
       const bool special = a.value("special", false);
-      if (a.value("normalized", !special))
+      // "normalized": match in the normalized text, as the tokenizers library does. With no
+      // normalizer that is the text itself (Hugging Face's own GPT-2 tokenizer.json says true).
+      const bool has_normalizer = doc.contains("normalizer") && !doc["normalizer"].is_null();
+      if (a.value("normalized", !special) && has_normalizer)
         throw Error(where + " (" + a.value("content", std::string()) +
                         "): matching added tokens in normalized text is not supported by zerocpp's tokenizer",
                     where);

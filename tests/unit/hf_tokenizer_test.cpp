@@ -105,6 +105,21 @@ TEST(Tokenizer, ByteFallbackAndUnknownCharacters) {
   }
 }
 
+// Hugging Face's own GPT-2 tokenizer.json declares <|endoftext|> with "normalized": true (the npm
+// package's copy says false); with no normalizer both match the text as it is (issue 37).
+TEST(TokenizerReference, Gpt2AsTheHubWritesIt) {
+  const char* cases = std::getenv("ZERO_TOKENIZER_CASES");
+  ASSERT_NE(cases, nullptr) << "ZERO_TOKENIZER_CASES must name make_cases.sh's output";
+  const fs::path npm = fs::path(cases) / "gpt2";
+  json hub = json::parse(read_file(npm / "tokenizer.json"));
+  ASSERT_TRUE(hub["normalizer"].is_null());
+  for (json& added : hub["added_tokens"]) added["normalized"] = true;
+  const Tokenizer as_npm = Tokenizer::load(npm.string()), as_hub = Tokenizer::load(write_tokenizer(hub).string());
+  const std::string text = "Hello<|endoftext|> world <|endoftext|><|endoftext|>.";
+  EXPECT_EQ(as_hub.encode(text), as_npm.encode(text));
+  EXPECT_EQ(as_hub.encode(text), (std::vector<int32_t>{15496, 50256, 995, 220, 50256, 50256, 13}));
+}
+
 TEST(Tokenizer, WhatIsNotBuiltIsNamed) {
   const auto error_of = [](const json& doc) {
     try {
