@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "zero/error.h"
@@ -167,6 +168,18 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   for (const auto* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                           "num_key_value_heads", "max_position_embeddings"}) {
     if (j.contains(key) && j[key].is_number() && j[key].get<double>() < 1) refuse(origin, key, "must be positive");
+  }
+  // Far above any real model, far below what would make a table of layers or tensors take
+  // gigabytes before the shards are read (num_hidden_layers: 1e8 did).
+  for (const auto& [key, value, most] :
+       {std::tuple<const char*, int64_t, int64_t>{"vocab_size", c.vocab_size, int64_t{1} << 24},
+        {"hidden_size", c.hidden_size, int64_t{1} << 20},
+        {"intermediate_size", c.intermediate_size, int64_t{1} << 22},
+        {"num_hidden_layers", c.num_hidden_layers, int64_t{1} << 12},
+        {"num_attention_heads", c.num_attention_heads, int64_t{1} << 12},
+        {"num_key_value_heads", c.num_key_value_heads, int64_t{1} << 12},
+        {"max_position_embeddings", c.max_position_embeddings, int64_t{1} << 24}}) {
+    if (value > most) refuse(origin, key, std::to_string(value) + " is more than " + std::to_string(most));
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     refuse(origin, "num_key_value_heads",

@@ -203,7 +203,7 @@ void Partition::write_state(int k, const std::function<void(const void* data, in
 
 void Partition::read_state(int k, const std::function<void(int64_t offset, int64_t length, float* out)>& fill) {
   if (!swap_) {
-    const at::Tensor& state = states()[static_cast<size_t>(k)].second;
+    const at::Tensor state = states()[static_cast<size_t>(k)].second;  // (states() is a temporary)
     const at::Tensor t = state.is_cpu() ? state : at::empty(state.sizes(), state.options().device(at::kCPU));
     fill(0, t.numel(), t.data_ptr<float>());
     if (!state.is_cpu()) state.copy_(t);

@@ -126,6 +126,18 @@ TEST(FilesFromElsewhere, TokenIdsAreCheckedBeforeTheyAreUsed) {
   fs::remove_all(dir);
 }
 
+// A config.json of a few hundred bytes that asked for a table of 10^8 layers.
+TEST(FilesFromElsewhere, ModelConfigSizesAreBounded) {
+  const fs::path dir = scratch("config");
+  const fs::path config = dir / "config.json";
+  write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 16,
+      "intermediate_size": 32, "num_hidden_layers": 100000000, "num_attention_heads": 2, "num_key_value_heads": 1})");
+  expect_error("num_hidden_layers 1e8", [&] { zero::llama::read_llama_config(config.string()); },
+               "num_hidden_layers: 100000000 is more than 4096");
+  EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
+  fs::remove_all(dir);
+}
+
 TEST(FilesFromElsewhere, DevicesAndFifosAreNotRegularFiles) {
   const fs::path dir = scratch("special");
   // A config.json linked to /dev/zero (which never ends), and a FIFO (whose open blocks).
