@@ -144,7 +144,7 @@ void check_config(const Config& config, const World& world) {
 }
 
 // Settings the config accepts that this engine does not act on yet: said once, by name.
-std::vector<std::string> unhonoured_settings(const Config& c) {
+std::vector<std::string> unhonoured_settings(const Config& c, bool on_gpu) {
   std::vector<std::string> out;
   auto note = [&](bool set, const char* key, const char* what) {
     if (set) out.push_back(std::string(key) + ": " + what);
@@ -163,14 +163,19 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   // The flops profiler counts the whole model from Engine::set_model_cost: no per-module table.
   note(c.flops_profiler.enabled && (c.flops_profiler.module_depth != -1 || c.flops_profiler.top_modules != 1),
        "flops_profiler.module_depth/top_modules", "no per-module breakdown: the profile is of the whole model");
-  // A CPU build has no device: the offloaded states stay where they are, with nothing to pin or
-  // to split between a device and the host.
+  // On the CPU the offloaded states stay where they are, with nothing to pin or to split between
+  // a device and the host. On a GPU the optimizer's states move to host memory (docs/gpu.md), the
+  // rest of DeepSpeed's offload is not built there yet.
   const bool offloading = z.offload_optimizer.device == OffloadDevice::kCpu || z.offload_param.device == OffloadDevice::kCpu;
   note(offloading && (z.offload_optimizer.pin_memory || z.offload_param.pin_memory), "zero_optimization.offload_*.pin_memory",
-       "no effect on a CPU build (no device copies to pin for)");
+       on_gpu ? "not honoured on a GPU yet: offloaded states are copied through pageable memory"
+              : "no effect on a CPU build (no device copies to pin for)");
   note(z.offload_optimizer.device == OffloadDevice::kCpu && z.offload_optimizer.ratio < 1.0,
        "zero_optimization.offload_optimizer.ratio",
-       "no effect on a CPU build (every optimizer state is in host memory, offloaded or not)");
+       on_gpu ? "not honoured on a GPU yet: every optimizer state is offloaded"
+              : "no effect on a CPU build (every optimizer state is in host memory, offloaded or not)");
+  note(on_gpu && z.offload_param.device == OffloadDevice::kCpu, "zero_optimization.offload_param.device",
+       "\"cpu\" is not honoured on a GPU yet: stage 3's parameter shards stay on the device");
   // NVMe: one io_uring ring per swap file keeps queue_depth pieces in flight from the training
   // thread; stage 3's shard pool is two buffers of the largest unit shard, whatever the sizes.
   const bool nvme = z.offload_optimizer.device == OffloadDevice::kNvme || z.offload_param.device == OffloadDevice::kNvme;
@@ -187,11 +192,12 @@ std::vector<std::string> unhonoured_settings(const Config& c) {
   // shape it on a GPU build.
   const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
   note(ac.cpu_checkpointing, "activation_checkpointing.cpu_checkpointing",
-       "no effect on a CPU build (the saved block inputs are in host memory already)");
+       on_gpu ? "not honoured on a GPU yet: the saved block inputs stay on the device"
+              : "no effect on a CPU build (the saved block inputs are in host memory already)");
   note(ac.contiguous_memory_optimization, "activation_checkpointing.contiguous_memory_optimization",
        "not honoured: each checkpoint keeps its own input tensor");
   note(ac.synchronize_checkpoint_boundary, "activation_checkpointing.synchronize_checkpoint_boundary",
-       "no effect on a CPU build (no device stream to synchronize)");
+       on_gpu ? "not honoured on a GPU yet" : "no effect on a CPU build (no device stream to synchronize)");
 
   return out;
 }
@@ -209,7 +215,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   // What the config reader warned about (keys DeepSpeed ignores, "auto" defaults, ...), then
   // the settings this engine does not honour.
   s.warnings = config.warnings();
-  for (auto& w : unhonoured_settings(config)) s.warnings.push_back(std::move(w));
+  for (auto& w : unhonoured_settings(config, !device.is_cpu())) s.warnings.push_back(std::move(w));
   if (world.rank() == 0) {
     for (const auto& w : s.warnings) std::fprintf(stderr, "zerocpp: warning: %s\n", w.c_str());
   }
@@ -341,9 +347,10 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     const MemoryReport r = memory_report();
     auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
     std::fprintf(stderr,
-                 "zerocpp: offload (this build has no device: what is not on NVMe is in host memory); per rank in host "
-                 "memory: parameters %.1f MB, gradients %.1f MB, fp32 master %.1f MB, optimizer state %.1f MB, swap "
-                 "buffers %.1f MB; on NVMe: %.1f MB%s%s\n",
+                 "zerocpp: offload (%s); per rank: parameters %.1f MB, gradients %.1f MB, fp32 master %.1f MB, "
+                 "optimizer state %.1f MB, swap buffers %.1f MB; on NVMe: %.1f MB%s%s\n",
+                 device.is_cpu() ? "on the CPU: what is not on NVMe is in host memory"
+                                 : "parameters on the GPU; master, optimizer states and accumulated gradients in host memory",
                  mb(r.parameters), mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state), mb(r.swap_buffers),
                  mb(r.on_nvme), r.on_nvme > 0 ? " under " : "",
                  r.on_nvme == 0                                              ? ""
