@@ -96,6 +96,10 @@ SwapFile::SwapFile(std::string path, int64_t bytes, const AioOptions& options)
     ::unlink(path_.c_str());
     throw Error(path_ + ": io_uring is not available: " + errno_text(-ring), path_);
   }
+  // The swap holds the model's weights and optimizer state (the seed's security note): its name
+  // goes at once, and the blocks live only as long as this descriptor. A rank killed with
+  // SIGKILL leaves nothing of them on disk; the kernel frees them when the process ends.
+  ::unlink(path_.c_str());
 }
 
 SwapFile::~SwapFile() {
@@ -233,6 +237,7 @@ SwapFolder::SwapFolder(const std::string& dir, int rank) {
   const fs::path folder = fs::path(dir) / (std::string(kPrefix) + std::to_string(::getpid()) + "." +
                                            std::to_string(made++) + ".rank" + std::to_string(rank));
   fs::create_directories(folder);
+  fs::permissions(folder, fs::perms::owner_all, fs::perm_options::replace, ec);  // 0700: this user's only
   path_ = folder.string();
 }
 

@@ -59,11 +59,16 @@ else
   echo "FAIL Ctrl-C"; tail -3 "$tmp/int.log"; ls "$nvme"; fail=1
 fi
 
-# kill -9: the folder stays; the next run removes it (its process is gone) and leaves nothing.
+# kill -9: nothing of the swap (weights, optimizer state) is left on disk: its files' names went
+# when they were opened (the seed's security note). The empty folder stays; the next run removes it
+# (its process is gone) and leaves nothing.
 train 1 "$(nvme_config 3)" "$tmp/killed.log" --steps 100000 &
 for _ in $(seq 100); do grep -q "^step" "$tmp/killed.log" 2> /dev/null && break; sleep 0.2; done
 pkill -KILL -f "^$bin/zero-train --config $tmp/nvme3.json"
 wait
+files_left=$(find "$nvme" -type f | wc -l)
+[[ $files_left == 0 ]] && echo "ok   kill -9 left no swap file on disk" ||
+  { echo "FAIL kill -9 left $files_left file(s):"; find "$nvme" -type f; fail=1; }
 left=$(swap_folders)
 train 1 "$(nvme_config 3)" "$tmp/next.log" --steps 2
 if [[ $left -ge 1 ]] && grep -q "^step     2/2" "$tmp/next.log" && [[ $(swap_folders) == 0 ]]; then
