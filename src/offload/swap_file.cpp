@@ -108,8 +108,7 @@ SwapFile::~SwapFile() {
   } catch (const std::exception&) {  // the error was the caller's to see; the file goes anyway
   }
   io_uring_queue_exit(&ring_->ring);
-  ::close(fd_);
-  ::unlink(path_.c_str());
+  ::close(fd_);  // the last reference: the blocks go (the name went when it was opened)
 }
 
 void SwapFile::check_request(int64_t offset, const void* buffer, int64_t bytes) const {
