@@ -222,8 +222,9 @@ at::Tensor Partition::parameters16() const {
 
 double Partition::sum_of_squares(const at::Tensor& grads) const {
   if (stream_) return stream_->sum_of_squares();  // summed as the pieces went to NVMe, in this grouping
-  // On a GPU: one reduction in fp64 (padding elements are zero and add nothing), one sync.
-  if (!grads.is_cpu()) return grads.to(at::kDouble).square().sum().item<double>();
+  // On a GPU: one reduction accumulated in fp64 (padding elements are zero and add nothing), one
+  // sync, and one fp32 temporary rather than an fp64 copy of every gradient.
+  if (!grads.is_cpu()) return grads.square().sum(at::kDouble).item<double>();
   // One fused pass per bucket shard (no temporaries); padding elements are zero and add nothing.
   double sum = 0;
   for (const auto& bucket : flat_.layout().buckets())
