@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "comm/mpi_work.h"
@@ -41,19 +42,16 @@ std::shared_ptr<Work> HostStagedCommunicator::all_reduce(const at::Tensor& tenso
 std::shared_ptr<Work> HostStagedCommunicator::reduce_scatter(const at::Tensor& input, const at::Tensor& output,
                                                              ReduceOp op, const CollectiveOptions& options) {
   if (input.is_cpu() && output.is_cpu()) return host_.reduce_scatter(input, output, op, options);
-  at::Tensor staged_in = to_host(input), staged_out = host_like(output);
-  host_.reduce_scatter(staged_in, staged_out, op, blocking(options))->wait();
-  output.copy_(staged_out);
-  return std::make_shared<CompletedWork>();
+  return staged(input, output, [&](const at::Tensor& in, const at::Tensor& out) {
+    return host_.reduce_scatter(in, out, op, blocking(options));
+  });
 }
 
 std::shared_ptr<Work> HostStagedCommunicator::all_gather(const at::Tensor& input, const at::Tensor& output,
                                                          const CollectiveOptions& options) {
   if (input.is_cpu() && output.is_cpu()) return host_.all_gather(input, output, options);
-  at::Tensor staged_in = to_host(input), staged_out = host_like(output);
-  host_.all_gather(staged_in, staged_out, blocking(options))->wait();
-  output.copy_(staged_out);
-  return std::make_shared<CompletedWork>();
+  return staged(input, output,
+                [&](const at::Tensor& in, const at::Tensor& out) { return host_.all_gather(in, out, blocking(options)); });
 }
 
 std::shared_ptr<Work> HostStagedCommunicator::broadcast(const at::Tensor& tensor, int root,
@@ -68,8 +66,15 @@ std::shared_ptr<Work> HostStagedCommunicator::broadcast(const at::Tensor& tensor
 std::shared_ptr<Work> HostStagedCommunicator::all_to_all(const at::Tensor& input, const at::Tensor& output,
                                                          const CollectiveOptions& options) {
   if (input.is_cpu() && output.is_cpu()) return host_.all_to_all(input, output, options);
-  at::Tensor staged_in = to_host(input), staged_out = host_like(output);
-  host_.all_to_all(staged_in, staged_out, blocking(options))->wait();
+  return staged(input, output,
+                [&](const at::Tensor& in, const at::Tensor& out) { return host_.all_to_all(in, out, blocking(options)); });
+}
+
+std::shared_ptr<Work> HostStagedCommunicator::staged(
+    const at::Tensor& input, const at::Tensor& output,
+    const std::function<std::shared_ptr<Work>(const at::Tensor&, const at::Tensor&)>& collective) {
+  const at::Tensor staged_in = to_host(input), staged_out = host_like(output);
+  collective(staged_in, staged_out)->wait();
   output.copy_(staged_out);
   return std::make_shared<CompletedWork>();
 }

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 
 #include "zero/communicator.h"
@@ -40,6 +41,11 @@ class HostStagedCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
+  // `collective` on host copies of `input` and of `output`'s shape; its result copied back into
+  // `output` before it returns.
+  std::shared_ptr<Work> staged(
+      const at::Tensor& input, const at::Tensor& output,
+      const std::function<std::shared_ptr<Work>(const at::Tensor&, const at::Tensor&)>& collective);
   std::unique_ptr<Communicator> owned_;
   Communicator& host_;
 };
