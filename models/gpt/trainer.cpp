@@ -160,11 +160,22 @@ struct ModelPlan {
   std::function<std::unique_ptr<models::TrainableModel>(const Config&, World&)> build;
 };
 
-ModelPlan plan_model(const TrainerOptions& options, std::optional<LlmcCheckpoint>& checkpoint,
+// --device: where the model trains; a GPU named without an index ("cuda") is the one of this
+// rank's local rank.
+at::Device training_device(const TrainerOptions& options, const World& world) {
+  at::Device device(options.device.empty() ? "cpu" : options.device);
+  if (device.is_cuda() && !device.has_index()) {
+    const int gpus = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank() % gpus));
+  }
+  return device;
+}
+
+ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::optional<LlmcCheckpoint>& checkpoint,
                      std::optional<llama::HfModel>& hf) {
   // zero::Init keeps stage 3's shards in host memory: a model bound for a GPU is built whole on
   // the host, moved, and partitioned by the engine there.
-  const bool on_cpu = options.device.empty() || options.device == "cpu";
+  const bool on_cpu = device.is_cpu();
   if (!options.model_dir.empty()) {
     if (!options.init.empty()) throw Error("give --model or --init, not both", "--init");
     hf = llama::open_hf_model(options.model_dir);
@@ -194,7 +205,8 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   if (world.rank() != 0) out = nullptr;
   std::optional<LlmcCheckpoint> checkpoint;
   std::optional<llama::HfModel> hf;
-  const ModelPlan plan = plan_model(options, checkpoint, hf);
+  const at::Device device = training_device(options, world);
+  const ModelPlan plan = plan_model(options, device, checkpoint, hf);
   const int64_t seq = options.seq == 0 ? plan.max_seq : options.seq;
   if (seq < 1 || seq > plan.max_seq)
     throw Error("--seq-len " + std::to_string(seq) + " must be in 1.." + std::to_string(plan.max_seq), "--seq-len");
@@ -221,14 +233,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   models::TrainableModel& model = *built;
   checkpoint.reset();  // the llm.c weights are in the model now
   model.set_checkpoint_every(options.checkpoint_every);
-  // --device: the model moves there before the engine is built; each rank takes the GPU of its
-  // local rank when the device names no index ("cuda").
-  at::Device device(options.device.empty() ? "cpu" : options.device);
-  if (device.is_cuda() && !device.has_index()) {
-    const int gpus = std::max<int>(1, static_cast<int>(torch::cuda::device_count()));
-    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank() % gpus));
-  }
-  model.module().to(device);
+  model.module().to(device);  // before the engine is built, as DeepSpeed finds the model on its device
   Engine engine(model.module(), config, world);
   // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
   engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = model.flops_per_token(seq) * seq});
