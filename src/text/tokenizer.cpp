@@ -47,6 +47,9 @@ struct Tokenizer::Impl {
 namespace {
 
 json read_json(const fs::path& file) {
+  std::error_code ec;
+  if (fs::exists(file, ec) && !fs::is_regular_file(file, ec))  // a FIFO or a device would never end
+    throw Error(file.string() + ": not a regular file", file.string());
   std::ifstream in(file, std::ios::binary);
   if (!in) throw Error(file.string() + ": cannot open", file.string());
   try {
