@@ -165,6 +165,26 @@ TEST(ChatTemplateFunctions, RaiseExceptionStrftimeNowAndRange) {
   EXPECT_EQ(render("{{ range(3) | join(',') }} {{ range(1, 7, 2) | list }}"), "0,1,2 [1, 3, 5]");
 }
 
+// The budget refuses programs, not conversations: every real template renders the longest
+// record zero-finetune accepts (1024 messages, each of 400 bytes) within it.
+TEST(ChatTemplateLimits, RealTemplatesRenderTheLongestRecordWithinTheBudget) {
+  const char* dir = std::getenv("ZERO_CHAT_TEMPLATE_CASES");
+  if (!dir) GTEST_SKIP() << "ZERO_CHAT_TEMPLATE_CASES is not set (ctest sets it; see tests/reference/chat_templates)";
+  ordered_json messages = ordered_json::array();
+  for (int i = 0; i < 1024; ++i)
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(400, 'a' + i % 26)}});
+  const ordered_json context = {{"messages", messages}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
+                                {"add_generation_prompt", false}};
+  int rendered = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(dir) / "templates")) {
+    std::string out;
+    EXPECT_NO_THROW(out = ChatTemplate(read_file(entry.path())).render(context)) << entry.path().filename();
+    EXPECT_GT(out.size(), 1024u * 400u) << entry.path().filename();
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 8);
+}
+
 // Templates from elsewhere (issue 37): a chat template is a program a stranger wrote. Each of
 // these overflowed the stack, hung, or grew memory without bound; each now ends within 10 s with
 // an error naming the limit, and the process stays under 200 MB.
