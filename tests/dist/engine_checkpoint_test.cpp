@@ -1,20 +1,18 @@
 // Engine checkpoints: resuming is bitwise exact at the same world size (stages 0-2, fp16 scaler
-// state included); a checkpoint loads at another world size and stage; corrupt, truncated and
-// missing files, and mismatched parameter names, are errors naming the file or the parameter.
+// state included); a checkpoint loads at another world size and stage. Damaged checkpoints and
+// ones from elsewhere: engine_checkpoint_damage_test.cpp.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include "checkpoint/consolidate.h"
-#include "checkpoint/files.h"
 #include "checkpoint/reader.h"
 #include "models/tiny/tiny_transformer.h"
 #include "tests/dist/dist_test_world.h"
+#include "tests/dist/engine_checkpoint_util.h"
 #include "tests/dist/engine_test_util.h"
 #include "tests/safetensors_read.h"
 #include "zero/engine.h"
@@ -22,83 +20,8 @@
 #include "zero/init.h"
 
 using engine_test::Mlp;
+using namespace checkpoint_test;
 namespace fs = std::filesystem;
-
-namespace {
-
-// A directory shared by the ranks of this job (named after rank 0's pid), removed at the end.
-struct JobDir {
-  fs::path path;
-  explicit JobDir(const std::string& name) {
-    at::Tensor pid = torch::full({1}, static_cast<int64_t>(getpid()), torch::kLong);
-    test_world().communicator().broadcast(pid, 0, {.async = false});
-    path = fs::temp_directory_path() / ("zero_ckpt_" + name + "." + std::to_string(pid.item<int64_t>()));
-  }
-  ~JobDir() {
-    test_world().communicator().barrier({.async = false});
-    if (test_world().rank() == 0) fs::remove_all(path);
-  }
-};
-
-std::string config(int stage, bool fp16 = false) {
-  std::string fp16_block =
-      fp16 ? R"(, "fp16": {"enabled": true, "initial_scale_power": 24, "loss_scale_window": 3})" : "";
-  return R"({"train_batch_size": 48, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
-             "zero_optimization": {"stage": )" +
-         std::to_string(stage) + R"(, "reduce_bucket_size": 100},
-             "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-             "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01,
-                                                          "warmup_num_steps": 8}})" +
-         fp16_block + "}";
-}
-
-// A model and its engine, trained on the same global batches whatever the world.
-struct Session {
-  std::shared_ptr<Mlp> model;
-  std::unique_ptr<zero::Engine> engine;
-  zero::World& world;
-  zero::Config cfg;
-  Session(const std::string& json, zero::World& w, uint64_t init_seed = 42, bool fp16 = false) : world(w) {
-    cfg = zero::Config::parse(json);
-    cfg.resolve({.world_size = w.size()});
-    torch::manual_seed(init_seed);
-    model = std::make_shared<Mlp>(fp16);
-    engine = std::make_unique<zero::Engine>(*model, cfg, w);
-  }
-  // Global mean losses of steps [from, to).
-  std::vector<double> run(int from, int to) {
-    std::vector<double> losses;
-    const int64_t micro = cfg.train_micro_batch_size_per_gpu, ranks = world.size();
-    for (int step = from; step < to; ++step) {
-      torch::manual_seed(1000 + step);
-      at::Tensor x = torch::randn({engine_test::kGlobalBatch, 16}), y = engine_test::teacher(x);
-      double sum = 0;
-      for (int64_t m = 0; m < cfg.gradient_accumulation_steps; ++m) {
-        const int64_t first = (m * ranks + world.rank()) * micro;
-        at::Tensor xs = x.narrow(0, first, micro), ys = y.narrow(0, first, micro);
-        at::Tensor loss = engine->forward([&] { return model->loss(xs, ys); });
-        engine->backward(loss);
-        engine->step();
-        sum += loss.item<double>();
-      }
-      at::Tensor mean = torch::full({1}, sum / static_cast<double>(cfg.gradient_accumulation_steps), torch::kDouble);
-      world.communicator().all_reduce(mean, zero::ReduceOp::kAvg, {.async = false});
-      losses.push_back(mean.item<double>());
-    }
-    return losses;
-  }
-};
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const zero::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
 
 TEST(EngineCheckpoint, ResumeIsBitwiseExactAtTheSameWorldSize) {
   for (auto [stage, fp16] : {std::pair{0, false}, {1, false}, {2, false}, {2, true}}) {
@@ -223,153 +146,6 @@ TEST(EngineCheckpoint, AFailedLoadChangesNothingOnAnyRank) {
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_EQ(got[i], expected[i + 1]) << "stage " << stage << " step " << i + 1;
   }
-}
-
-namespace {
-
-// DIR/good: a one-process stage-1 run's checkpoint after 2 steps, for the tests that damage it.
-fs::path saved_checkpoint(const std::string& name, Session& s) {
-  const fs::path dir = fs::temp_directory_path() / (name + "." + std::to_string(getpid()));
-  s.run(0, 2);
-  s.engine->save_checkpoint(dir.string(), "good");
-  return dir;
-}
-
-}  // namespace
-
-TEST(EngineCheckpoint, DamagedFilesAndNamesAreClearErrors) {
-  if (test_world().rank() != 0) return;  // one process, its own files
-  zero::World single = zero::World::single_process();
-  Session s(config(1), single);
-  const fs::path dir = saved_checkpoint("zero_ckpt_damage", s);
-  const fs::path shard = dir / "good" / "rank0.bin";
-  const fs::path pristine = dir / "pristine.bin";
-  fs::copy_file(shard, pristine);
-  auto load = [&] { return error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); }); };
-  EXPECT_EQ(load(), "");
-
-  {  // one flipped bit
-    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(100);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x10);
-    f.seekp(100);
-    f.write(&c, 1);
-  }
-  std::string e = load();
-  EXPECT_NE(e.find(shard.string() + ": checksum mismatch"), std::string::npos) << e;
-  fs::resize_file(shard, fs::file_size(pristine) - 8);
-  e = load();
-  EXPECT_NE(e.find(shard.string() + ": " + std::to_string(fs::file_size(pristine) - 8) + " bytes, the manifest says"),
-            std::string::npos)
-      << e;
-  fs::remove(shard);
-  e = load();
-  EXPECT_NE(e.find(shard.string() + ": cannot open the file"), std::string::npos) << e;
-  fs::copy_file(pristine, shard);
-  EXPECT_EQ(load(), "");
-
-  // An interrupted later save leaves a partial directory: `latest` still names the good one.
-  fs::create_directories(dir / "global_step9.partial");
-  std::ofstream(dir / "global_step9.partial" / "rank0.bin") << "half";
-  EXPECT_EQ(load(), "");
-  EXPECT_EQ(s.engine->save_checkpoint(dir.string()), "global_step2");
-  EXPECT_FALSE(fs::exists(dir / "global_step2.partial"));
-
-  // Names: a model whose parameters are called differently.
-  struct Renamed : torch::nn::Module {
-    Renamed() {
-      a = register_module("fc1", torch::nn::Linear(16, 32));
-      b = register_module("out", torch::nn::Linear(32, 8));
-    }
-    torch::nn::Linear a{nullptr}, b{nullptr};
-  };
-  Renamed renamed;
-  zero::Config cfg = zero::Config::parse(config(1));
-  cfg.resolve({.world_size = 1});
-  zero::Engine engine(renamed, cfg, single);
-  e = error_of([&] { engine.load_checkpoint(dir.string()); });
-  EXPECT_NE(e.find("parameter names differ"), std::string::npos) << e;
-  EXPECT_NE(e.find("missing from the checkpoint: out.weight"), std::string::npos) << e;
-  EXPECT_NE(e.find("not in the model: fc2.bias"), std::string::npos) << e;
-  zero::LoadOptions lenient;
-  lenient.strict = false;
-  EXPECT_EQ(error_of([&] { engine.load_checkpoint(dir.string(), lenient); }), "");
-  EXPECT_TRUE(renamed.a->weight.equal(s.model->fc1->weight)) << "fc1 loads by name";
-  fs::remove_all(dir);
-}
-
-// A checkpoint from elsewhere (issue 37): whatever its manifest says, a load reads only the
-// regular files inside DIR/TAG, checks every key before using it, and ends in bounded time with
-// an error naming the manifest (or the file) and the key.
-TEST(EngineCheckpoint, ManifestsFromElsewhereAreContained) {
-  if (test_world().rank() != 0) return;  // one process, its own files
-  zero::World single = zero::World::single_process();
-  Session s(config(1), single);
-  const fs::path dir = saved_checkpoint("zero_ckpt_hostile", s);
-  const fs::path manifest = dir / "good" / "manifest.json";
-  const std::string pristine = zero::checkpoint::read_text_file(manifest.string());
-  // Each case: an edit of the manifest, and what the error must say after the manifest's path.
-  struct Case {
-    const char* what;
-    std::function<void(nlohmann::json&)> edit;
-    std::string says;
-  };
-  const std::vector<Case> cases = {
-      {"traversal", [](nlohmann::json& m) { m["files"][0]["file"] = "../../../../etc/passwd"; },
-       "files[0].file: \"../../../../etc/passwd\" is not a file name inside the checkpoint"},
-      {"absolute path", [](nlohmann::json& m) { m["rng_states"][0]["file"] = "/etc/passwd"; },
-       "rng_states[0].file: \"/etc/passwd\" is not a file name inside the checkpoint"},
-      {"missing file key", [](nlohmann::json& m) { m["files"][0].erase("file"); }, "files[0].file: missing"},
-      {"missing counters", [](nlohmann::json& m) { m.erase("counters"); }, "(the manifest).counters: missing"},
-      {"a counter of the wrong type", [](nlohmann::json& m) { m["counters"]["global_steps"] = "2"; },
-       "counters.global_steps: not an integer"},
-      {"a shape that overflows", [](nlohmann::json& m) { m["params"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; },
-       "params[0].shape: its element count overflows"},
-      {"a fragment past its parameter", [](nlohmann::json& m) { m["files"][0]["fragments"][0][2] = int64_t{1} << 50; },
-       "files[0].fragments[0][2]:"},
-      {"a fragment past the file's buffer", [](nlohmann::json& m) { m["files"][0]["fragments"][0][3] = int64_t{1} << 40; },
-       "files[0].fragments[0][3]:"},
-      {"a parameter index out of range", [](nlohmann::json& m) { m["files"][0]["fragments"][0][0] = 99; },
-       "files[0].fragments[0][0]: 99 is outside"},
-      {"a random state of a gigabyte", [](nlohmann::json& m) { m["rng_states"][0]["bytes"] = int64_t{1} << 30; },
-       "rng_states[0].bytes:"},
-  };
-  for (const Case& c : cases) {
-    nlohmann::json m = nlohmann::json::parse(pristine);
-    c.edit(m);
-    std::ofstream(manifest) << m.dump();
-    const auto start = std::chrono::steady_clock::now();
-    const std::string e = error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); });
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << c.what;
-    EXPECT_NE(e.find(manifest.string() + ": " + c.says), std::string::npos) << c.what << ": " << e;
-  }
-  std::ofstream(manifest) << pristine;
-  EXPECT_EQ(error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); }), "");
-
-  // The files themselves: a link (to a device that never ends, or to a file outside), a FIFO
-  // (that would block the reader forever), a directory. Refused before anything is read.
-  const fs::path shard = dir / "good" / "rank0.bin", kept = dir / "rank0.bin.kept";
-  fs::rename(shard, kept);
-  const auto refused = [&](const std::string& says) {
-    const auto start = std::chrono::steady_clock::now();
-    const std::string e = error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); });
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << says;
-    EXPECT_NE(e.find(shard.string() + ": " + says), std::string::npos) << e;
-    fs::remove(shard);
-  };
-  fs::create_symlink("/dev/zero", shard);
-  refused("is a symbolic link");
-  fs::create_symlink(kept, shard);
-  refused("is a symbolic link");
-  ASSERT_EQ(mkfifo(shard.c_str(), 0600), 0);
-  refused("is a FIFO, not a regular file");
-  fs::create_directory(shard);
-  refused("is a directory, not a regular file");
-  fs::rename(kept, shard);
-  EXPECT_EQ(error_of([&] { Session(config(1), single).engine->load_checkpoint(dir.string()); }), "");
-  fs::remove_all(dir);
 }
 
 namespace {
