@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "dist_test_world.h"
+#include "zero/allocator.h"
 
 namespace {
 
@@ -29,6 +30,10 @@ zero::World& test_world() { return *g_world; }
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  // The allocator settings zero-train and zero-finetune run under (include/zero/allocator.h):
+  // without them every engine's large buffers were faulted in afresh each step, which was 40-50 %
+  // of a test's time in page clearing (dist_finetune_np1 17.7 s -> 8.8 s, docs/testing.md).
+  zero::keep_freed_memory();
   torch::set_num_threads(1);
   zero::World world = zero::World::from_environment();
   g_world = &world;

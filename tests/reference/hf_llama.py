@@ -12,11 +12,13 @@ order and dtypes as HF issues them: reordering (say) the rope products or the
 attention scale changes bf16 roundings.
 """
 import argparse
+import contextlib
 import ctypes
 import hashlib
 import json
 import math
 import os
+import shlex
 import shutil
 import struct
 import sys
@@ -575,7 +577,26 @@ def cmd_compare(a):
         sys.exit(1)
 
 
-def main(argv=None):
+def cmd_batch(a):
+    """Several subcommands in this one process: each line of JOBS is `OUTPUT COMMAND ARGS...`
+    (shell words), and the command's JSON line goes to the file OUTPUT. Importing torch costs a
+    process 1.4 s, and the Llama fixture runs 25 commands. Stops at the first that fails."""
+    with open(a.jobs) as f:
+        lines = f.read().splitlines()
+    for number, line in enumerate(lines, 1):
+        words = shlex.split(line)
+        if not words:
+            continue
+        if len(words) < 2 or words[1] == "batch":
+            raise RefError(f"{a.jobs}:{number}: expected OUTPUT COMMAND ARGS..., got '{line}'")
+        with open(words[0], "w") as out, contextlib.redirect_stdout(out):
+            status = run(words[1:])
+        if status:
+            raise RefError(f"{a.jobs}:{number}: '{line}' failed (status {status})")
+
+
+def run(argv):
+    """One subcommand; returns its exit status (argparse's and the commands' sys.exit included)."""
     ap = argparse.ArgumentParser(description="Reference HF Llama/Mistral/Qwen2 (eager) and safetensors tools.")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: reproducible sums)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -603,14 +624,18 @@ def main(argv=None):
         precision=dict(choices=["fp32", "bf16"], default="fp32"), out=dict(default=None))
     add("read", cmd_read, ["path"])
     add("compare", cmd_compare, ["a", "b"], tol=dict(type=float, default=0.0))
-    a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
+    add("batch", cmd_batch, ["jobs"])
     try:
+        a = ap.parse_args(argv)
+        torch.set_num_threads(a.threads)
         a.fn(a)
     except RefError as e:
         print(f"{a.cmd}: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(sys.argv[1:]))

@@ -38,18 +38,28 @@ cases=(
   "llama_wide|F32|3|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":8192,\"hidden_size\":256,\"intermediate_size\":704,\"num_hidden_layers\":6,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
   "qwen2_bias|F32|3|{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":2,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
 )
+# Every case's commands in one Python process (hf_llama.py batch: importing torch costs 1.4 s a
+# process): make the model, then its losses, each command's JSON line into a file of its own.
+jobs=$out/jobs.txt
+: >"$jobs"
 for c in "${cases[@]}"; do
   IFS='|' read -r name dtype shards config <<<"$c"
   dir=$out/$name
   mkdir -p "$dir"
   echo "$config" >"$dir/config.in.json"
-  $ref make "$dir/model" --config "$dir/config.in.json" --seed 11 --dtype "$dtype" --shards "$shards" >/dev/null
-  common=(--data "$out/tokens.bin" --rows $rows --seq $seq)
-  loss=$($ref loss "$dir/model" "${common[@]}")
-  sgd=$($ref train "$dir/model" "${common[@]}" --steps 10 --optimizer sgd --lr 0.5)
-  adamw=$($ref train "$dir/model" "${common[@]}" --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 \
-          --beta1 0.9 --beta2 0.95 --eps 1e-8)
-  bf16=$($ref train "$dir/model" "${common[@]}" --steps 10 --optimizer sgd --lr 0.5 --precision bf16)
-  printf '{"loss": %s, "sgd": %s, "adamw": %s, "bf16_sgd": %s}\n' "$loss" "$sgd" "$adamw" "$bf16" >"$dir/expected.json"
+  common="--data $out/tokens.bin --rows $rows --seq $seq"
+  cat >>"$jobs" <<JOBS
+$dir/make.json make $dir/model --config $dir/config.in.json --seed 11 --dtype $dtype --shards $shards
+$dir/loss.json loss $dir/model $common
+$dir/sgd.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5
+$dir/adamw.json train $dir/model $common --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8
+$dir/bf16.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5 --precision bf16
+JOBS
+done
+$ref batch "$jobs"
+for c in "${cases[@]}"; do
+  dir=$out/${c%%|*}
+  printf '{"loss": %s, "sgd": %s, "adamw": %s, "bf16_sgd": %s}\n' "$(cat "$dir/loss.json")" "$(cat "$dir/sgd.json")" \
+    "$(cat "$dir/adamw.json")" "$(cat "$dir/bf16.json")" >"$dir/expected.json"
 done
 echo "make_llama_cases: ${#cases[@]} cases in $out"

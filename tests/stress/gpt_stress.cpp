@@ -31,6 +31,7 @@
 
 #include "models/gpt/llmc_files.h"
 #include "models/gpt/trainer.h"
+#include "zero/allocator.h"
 #include "zero/error.h"
 #include "zero/world.h"
 
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "optimizer steps per run");
   CLI11_PARSE(app, argc, argv);
   try {
+    zero::keep_freed_memory();  // as zero-train, whose loop it runs (include/zero/allocator.h)
     torch::set_num_threads(1);
     zero::World world = zero::World::from_environment();
     const bool big = model == "gpt23m";

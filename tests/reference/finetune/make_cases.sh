@@ -17,12 +17,17 @@ cat > "$out/config.in.json" <<'JSON'
  "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": true,
  "hidden_act": "silu", "torch_dtype": "float32", "bos_token_id": 128000, "eos_token_id": 128009}
 JSON
-$py "$here/../hf_llama.py" make "$out/model" --config "$out/config.in.json" --seed 5 --dtype F32 > /dev/null
-cp "$tokenizers/llama3_1/tokenizer.json" "$tokenizers/llama3_1/tokenizer_config.json" "$out/model/"
 $py - "$here/../../data/finetune/alpaca_en_demo.json" "$out/data.json" <<'PY'
 import json, sys
 json.dump(json.load(open(sys.argv[1]))[:8], open(sys.argv[2], "w"), indent=2)
 PY
-node "$here/sft_rows.cjs" "$out/model" "$out/data.json" 96 "$out/rows.json"
-$py "$here/../hf_llama.py" sft "$out/model" --rows "$out/rows.json" --steps 3 --lr 0.5 > "$out/expected.json"
+# The rows from the tokenizer fixture's files (the model directory gets copies of them below).
+node "$here/sft_rows.cjs" "$tokenizers/llama3_1" "$out/data.json" 96 "$out/rows.json"
+# The model, then its losses, in one Python process (hf_llama.py batch: importing torch costs 1.4 s).
+cat > "$out/jobs.txt" <<JOBS
+$out/make.json make $out/model --config $out/config.in.json --seed 5 --dtype F32
+$out/expected.json sft $out/model --rows $out/rows.json --steps 3 --lr 0.5
+JOBS
+$py "$here/../hf_llama.py" batch "$out/jobs.txt"
+cp "$tokenizers/llama3_1/tokenizer.json" "$tokenizers/llama3_1/tokenizer_config.json" "$out/model/"
 echo "finetune cases: $(cat "$out/expected.json")"
