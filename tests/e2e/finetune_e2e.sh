@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The seed's quick start, run as given (README, "Quick start"): only the program (zero-finetune),
 # the model path (a small random Llama with Llama 3's real tokenizer) and the data set (the 64
-# shortest records of the alpaca demo data, tests/data/finetune) replaced, under zero-run -n 4 with the seed's
-# ds_zero3.json unchanged (ZeRO-3, CPU offload of optimizer and parameters, bf16).
+# shortest records of the alpaca demo data, tests/data/finetune) replaced, under zero-run -n 4
+# with the seed's ds_zero3.json unchanged (ZeRO-3, CPU offload of optimizer and parameters, bf16).
 # - as given: 12 steps (4 a epoch × 3); the Trainer's log line at step 10 with the cosine lr that
 #   transformers computes; checkpoint-12 holds global_step12/, latest, model.safetensors (the config
 #   gathers 16-bit weights), config.json, the tokenizer files and trainer_state.json; the final model
