@@ -15,6 +15,9 @@
 #include "models/gpt/gpt.h"
 #include "zero/allocator.h"
 #include "zero/memory_tracker.h"
+#include "programs.h"
+
+namespace bench_activation {
 
 using zero::gpt::Gpt;
 using zero::gpt::GptShape;
@@ -40,7 +43,7 @@ Measured measure(Gpt& model, int64_t rows, int64_t seq, int64_t every, zero::Mem
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"activation memory and time with and without activation checkpointing"};
   GptShape shape{.max_seq = 4096, .vocab = 256, .layers = 12, .heads = 12, .channels = 768};
   std::vector<int64_t> seqs = {256, 1024, 4096};
@@ -113,3 +116,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_activation

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "optim/cpu_kernels.h"
+#include "programs.h"
+
+namespace bench_adam {
 
 namespace {
 
@@ -32,7 +35,7 @@ double best_seconds(int repeats, Fn&& fn) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"bench_adam: fused CPU AdamW vs torch::optim::AdamW vs a STREAM copy"};
   int64_t max_n = 100'000'000;
   int repeats = 5;
@@ -66,4 +69,7 @@ int main(int argc, char** argv) {
                  ours * 1e3, n / ours, adam_gbs, theirs * 1e3, theirs / ours, copy_gbs, 100 * adam_gbs / copy_gbs);
     }
   }
+  return 0;
 }
+
+}  // namespace bench_adam

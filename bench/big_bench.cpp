@@ -19,6 +19,9 @@
 #include "models/gpt/gpt.h"
 #include "zero/allocator.h"
 #include "zero/engine.h"
+#include "programs.h"
+
+namespace bench_big {
 
 namespace {
 
@@ -51,7 +54,7 @@ double copy_bandwidth() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"bench_big: a big GPT on one rank against its bound"};
   zero::gpt::GptShape shape{.max_seq = 64, .vocab = 256, .layers = 16, .heads = 16, .channels = 1024};
   int64_t micro = 4, steps = 5, warmup = 2;
@@ -132,3 +135,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_big

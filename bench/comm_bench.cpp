@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "zero/world.h"
+#include "programs.h"
+
+namespace bench_comm {
 
 namespace {
 
@@ -50,7 +53,7 @@ double time_per_call(const std::function<void()>& fn, double budget, MPI_Comm co
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"bench_comm: zerocpp communicator vs raw MPI bus bandwidth"};
   bool quick = false;
   int64_t max_bytes = 64 << 20;
@@ -152,3 +155,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_comm

@@ -15,6 +15,9 @@
 #include "optim/flat_optimizer.h"
 #include "zero/allocator.h"
 #include "zero/engine.h"
+#include "programs.h"
+
+namespace bench_engine {
 
 namespace {
 
@@ -27,7 +30,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"bench_engine: ZeRO stage step times on a small transformer"};
   int steps = 40, warmup = 3;
   zero::models::TinyTransformerOptions o{.vocab = 256, .channels = 128, .heads = 4, .layers = 4, .max_seq = 64};
@@ -142,3 +145,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_engine

@@ -15,8 +15,11 @@
 #include "models/gpt/trainer.h"
 #include "zero/allocator.h"
 #include "zero/world.h"
+#include "programs.h"
 
-int main(int argc, char** argv) {
+namespace bench_gpt {
+
+int run(int argc, char** argv) {
   CLI::App app{"bench_gpt: zero-train tokens/s per ZeRO stage"};
   int64_t steps = 20, warmup = 3, micro = 8;
   zero::gpt::TrainerOptions o;
@@ -86,3 +89,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_gpt

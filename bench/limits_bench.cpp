@@ -12,6 +12,9 @@
 #include <chrono>
 #include <thread>
 #include <vector>
+#include "programs.h"
+
+namespace bench_limits {
 
 namespace {
 
@@ -34,7 +37,7 @@ void split(int threads, size_t n, const std::function<void(size_t, size_t)>& fn)
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"bench_limits: memory bandwidth and GEMM FLOP/s of this machine"};
   size_t mib = 256;
   app.add_option("--array-mib", mib, "size of each STREAM array");
@@ -69,3 +72,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_limits

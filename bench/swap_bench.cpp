@@ -10,8 +10,11 @@
 #include <chrono>
 
 #include "offload/swap_file.h"
+#include "programs.h"
 
-int main(int argc, char** argv) {
+namespace bench_swap {
+
+int run(int argc, char** argv) {
   CLI::App app{"bench_swap: SwapFile write and read GB/s"};
   std::string dir = "/var/tmp";
   double gib = 1;
@@ -29,7 +32,7 @@ int main(int argc, char** argv) {
   zero::offload::SwapFile swap(path, size, {.block_size = block, .queue_depth = depth});
   // Two buffers: one request in flight while the next is issued, as the optimizer's pipeline does.
   zero::offload::AlignedBuffer buffers[2] = {zero::offload::AlignedBuffer(chunk), zero::offload::AlignedBuffer(chunk)};
-  auto run = [&](bool write) {
+  auto bandwidth = [&](bool write) {
     const auto start = Clock::now();
     for (int64_t offset = 0, i = 0; offset < size; offset += chunk, ++i) {
       void* b = buffers[i % 2].data();
@@ -40,8 +43,11 @@ int main(int argc, char** argv) {
   };
   // The first pass turns the reserved (unwritten) extents into written ones, as an offloaded run's
   // start-up does; a training step then overwrites: that steady state is what is timed.
-  const double first = run(true);
-  const double w = run(true), r = run(false);
+  const double first = bandwidth(true);
+  const double w = bandwidth(true), r = bandwidth(false);
   fmt::print("bench_swap: {} bytes, block {} B, queue depth {}, requests of {} MiB, O_DIRECT {}: write {:.3f} GB/s, read {:.3f} GB/s (first write into the new file {:.3f} GB/s)\n",
              size, block, depth, chunk_mib, swap.direct() ? "on" : "off", w, r, first);
+  return 0;
 }
+
+}  // namespace bench_swap
