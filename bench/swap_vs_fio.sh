@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SwapFile's sequential write and read bandwidth next to fio's on the same directory, with the same
 # block size, queue depth, O_DIRECT and io_uring (installs fio from Debian when it is missing). Both
-# time overwriting a file written once before, the steady state of an offloaded run.
+# time overwriting a file written once before, the steady state of an offloaded run. Then the same
+# with encrypt_swap (AES-256-GCM), next to the cipher's own speed in memory.
 #   bench/swap_vs_fio.sh [DIR] [GiB] [BLOCK_BYTES] [QUEUE_DEPTH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,11 +25,21 @@ fio_gbs write write > /dev/null  # lays the file out; the timed pass overwrites,
 fio_write=$(fio_gbs write write)
 fio_read=$(fio_gbs read read)
 ours=$(build/bench/bench_swap --dir "$dir" --gib "$gib" --block-size "$block" --queue-depth "$depth")
+sealed=$(build/bench/bench_swap --dir "$dir" --gib "$gib" --block-size "$block" --queue-depth "$depth" --encrypt)
 echo "$ours"
+echo "$sealed"
 w=$(sed -E 's/.*write ([0-9.]+) GB\/s.*/\1/' <<<"$ours")
 r=$(sed -E 's/.*read ([0-9.]+) GB\/s.*/\1/' <<<"$ours")
+ew=$(head -1 <<<"$sealed" | sed -E 's/.*write ([0-9.]+) GB\/s.*/\1/')
+er=$(head -1 <<<"$sealed" | sed -E 's/.*read ([0-9.]+) GB\/s.*/\1/')
+seal=$(tail -1 <<<"$sealed" | sed -E 's/.*seal ([0-9.]+) GB\/s.*/\1/')
+open=$(tail -1 <<<"$sealed" | sed -E 's/.*open ([0-9.]+) GB\/s.*/\1/')
 echo "| | write GB/s | read GB/s |"
 echo "|---|---:|---:|"
 echo "| fio | $fio_write | $fio_read |"
 echo "| SwapFile | $w | $r |"
+echo "| SwapFile, encrypt_swap | $ew | $er |"
+echo "| AES-256-GCM in memory (seal, open; one thread) | $seal | $open |"
 python3 -c "print('| SwapFile / fio | %.2f | %.2f |' % ($w / $fio_write, $r / $fio_read))"
+python3 -c "print('| encrypted / SwapFile | %.2f | %.2f |' % ($ew / $w, $er / $r))"
+python3 -c "print('| encrypted / fio | %.2f | %.2f |' % ($ew / $fio_write, $er / $fio_read))"

@@ -39,7 +39,7 @@ set(CPACK_PACKAGE_CONTACT "zerocpp maintainers <maintainers@users.noreply.a-seed
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libtorch-dev, libopenmpi-dev, openmpi-bin, libfmt-dev, nlohmann-json3-dev, libxxhash-dev, libhwy-dev, liburing-dev, pkg-config")
+    "libtorch-dev, libopenmpi-dev, openmpi-bin, libfmt-dev, nlohmann-json3-dev, libxxhash-dev, libhwy-dev, liburing-dev, libcpp-httplib-dev, libssl-dev, pkg-config")
 # Debian's default reference BLAS makes LibTorch's fp32 ~30x slower (scripts/bootstrap).
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libopenblas0-pthread, cmake")
 include(CPack)

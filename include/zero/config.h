@@ -297,6 +297,9 @@ class Config {
   PrometheusConfig prometheus;
   WatchdogConfig watchdog;
   Bf16Compute bf16_compute = Bf16Compute::kAuto;
+  // zerocpp's "encrypt_swap": NVMe offload's swap files sealed with AES-256-GCM under a key held
+  // only in memory (docs/engine.md, src/offload/swap_cipher.h).
+  bool encrypt_swap = false;
   ActivationCheckpointingConfig activation_checkpointing;
 
  private:

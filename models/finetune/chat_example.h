@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -11,6 +12,7 @@
 
 namespace zero::text {
 class ChatTemplate;
+struct MessageSpans;
 }
 
 namespace zero::finetune {
@@ -24,11 +26,22 @@ class ChatRenderer {
 
   // Each assistant turn i is learned: its tokens are those the conversation up to and including
   // it adds to the conversation before it with the generation prompt. Errors name `where`.
-  Example example(const nlohmann::ordered_json& messages, const std::string& where) const;
+  // Found in one render of the conversation where the template allows (linear in its length),
+  // else by rendering each turn's prefixes. kPrefixes always renders the prefixes (the reference
+  // the tests hold the one render to); kOneRenderOnly never does (an error where it would).
+  enum class Masking { kOneRender, kOneRenderOnly, kPrefixes };
+  Example example(const nlohmann::ordered_json& messages, const std::string& where,
+                  Masking masking = Masking::kOneRender) const;
 
  private:
+  std::string render(const nlohmann::ordered_json& messages, size_t count, bool generation_prompt,
+                     const std::string& where, text::MessageSpans* spans = nullptr) const;
+  std::optional<Example> from_one_render(const nlohmann::ordered_json& messages, const std::string& where) const;
+  Example from_prefixes(const nlohmann::ordered_json& messages, const std::string& where) const;
+
   const text::Tokenizer& tokenizer_;
   std::unique_ptr<text::ChatTemplate> template_;
+  std::string origin_;  // "DIR/tokenizer_config.json: chat_template", for errors
   std::string bos_, eos_;
 };
 

@@ -68,6 +68,7 @@ Config Config::parse(const std::string& json_text, const std::string& origin, bo
   c.watchdog.timeout_seconds = own.get_double("collective_timeout", 1800, 0);
   c.watchdog.warning_seconds = own.get_double("collective_warning", 60, 0);
   c.bf16_compute = static_cast<Bf16Compute>(own.get_choice("bf16_compute", 0, {"auto", "native", "fp32"}));
+  c.encrypt_swap = own.get_bool("encrypt_swap", false);
   own.finish();
 
   bool is_auto = false;

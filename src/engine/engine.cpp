@@ -87,12 +87,10 @@ engine::Stage3Zeropp stage3_zeropp(const Config& config, Communicator& comm, con
   return z;
 }
 
-// A swap under `dir` with the aio block's settings (NVMe offload).
+// A swap under `dir` with the aio block's settings and encrypt_swap (NVMe offload).
 engine::SwapOptions swap_under(const std::string& dir, int64_t buffer_count, const Config& config, int rank) {
   return engine::SwapOptions{.dir = dir,
-                             .aio = {.block_size = config.aio.block_size,
-                                     .queue_depth = config.aio.queue_depth,
-                                     .single_submit = config.aio.single_submit},
+                             .aio = offload::aio_options(config),
                              .buffer_count = buffer_count,
                              .rank = rank};
 }

@@ -158,9 +158,7 @@ Init::Init(const Config& config, World& world) : config_(config), world_(world) 
     offload::check_swap_dir(param.nvme_path, 0, "zero_optimization.offload_param.nvme_path");
     spill_ = std::make_shared<InitSpill>();
     spill_->folder = std::make_shared<offload::SwapFolder>(param.nvme_path, world.rank());
-    spill_->aio = {.block_size = config.aio.block_size,
-                   .queue_depth = config.aio.queue_depth,
-                   .single_submit = config.aio.single_submit};
+    spill_->aio = offload::aio_options(config);
   }
 }
 

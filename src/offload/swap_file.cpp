@@ -2,23 +2,24 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <signal.h>
-
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
-#include <filesystem>
-#include <string_view>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 #include <unordered_map>
 
+#include "offload/swap_cipher.h"
+#include "zero/config.h"
 #include "zero/error.h"
 
 namespace zero::offload {
@@ -32,7 +33,15 @@ std::atomic<int64_t> read_wait_ns{0}, write_wait_ns{0};
 }  // namespace
 
 IoWaitSeconds io_wait_seconds() {
-  return {.read = static_cast<double>(read_wait_ns.load()) * 1e-9, .write = static_cast<double>(write_wait_ns.load()) * 1e-9};
+  return {.read = static_cast<double>(read_wait_ns.load()) * 1e-9,
+          .write = static_cast<double>(write_wait_ns.load()) * 1e-9};
+}
+
+AioOptions aio_options(const Config& config) {
+  return {.block_size = config.aio.block_size,
+          .queue_depth = config.aio.queue_depth,
+          .single_submit = config.aio.single_submit,
+          .encrypt = config.encrypt_swap};
 }
 
 void* map_pages(int64_t bytes) {
@@ -45,8 +54,7 @@ void unmap_pages(void* p, int64_t bytes) {
   if (p != nullptr) ::munmap(p, static_cast<size_t>(bytes));
 }
 
-AlignedBuffer::AlignedBuffer(int64_t bytes)
-    : bytes_(bytes), mapped_(std::max(kIoAlignment, io_align_up(bytes))) {
+AlignedBuffer::AlignedBuffer(int64_t bytes) : bytes_(bytes), mapped_(std::max(kIoAlignment, io_align_up(bytes))) {
   data_ = map_pages(mapped_);  // zero-filled by the kernel
 }
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
@@ -68,6 +76,11 @@ struct SwapFile::Ring {
   uint64_t next_id = 1;
 };
 
+struct SwapFile::Staging {
+  AlignedBuffer buffer;
+  std::vector<SwapCipher::PageSeal> seals;  // of the pages the buffer holds
+};
+
 SwapFile::SwapFile(std::string path, int64_t bytes, const AioOptions& options)
     : ring_(std::make_unique<Ring>()), path_(std::move(path)), size_(bytes), options_(options) {
   if (options_.block_size < kIoAlignment || options_.block_size % kIoAlignment != 0)
@@ -75,10 +88,12 @@ SwapFile::SwapFile(std::string path, int64_t bytes, const AioOptions& options)
                     std::to_string(options_.block_size),
                 "aio.block_size");
   if (options_.queue_depth < 1) throw Error("aio.queue_depth must be at least 1", "aio.queue_depth");
+  if (options_.encrypt) cipher_ = std::make_unique<SwapCipher>(bytes);  // before the file: nothing to undo
   const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
   if (options_.direct) {
     fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
-    if (fd_ < 0 && errno == EINVAL) warning_ = path_ + ": the filesystem refuses O_DIRECT; swapping through the page cache";
+    if (fd_ < 0 && errno == EINVAL)
+      warning_ = path_ + ": the filesystem refuses O_DIRECT; swapping through the page cache";
     direct_ = fd_ >= 0;
   }
   if (fd_ < 0 && (!options_.direct || errno == EINVAL)) fd_ = ::open(path_.c_str(), flags, 0600);
@@ -145,17 +160,38 @@ IoTicket SwapFile::submit(bool write, int64_t offset, char* buffer, int64_t byte
   return ticket;
 }
 
+void SwapFile::make_staging() {
+  std::vector<Staging> pool;  // all or nothing: a failed mapping leaves no half-made pool
+  for (int64_t i = 0; i < options_.queue_depth; ++i)
+    pool.push_back({AlignedBuffer(options_.block_size),
+                    std::vector<SwapCipher::PageSeal>(static_cast<size_t>(options_.block_size / kIoAlignment))});
+  staging_ = std::move(pool);
+  for (int64_t i = 0; i < options_.queue_depth; ++i) free_staging_.push_back(static_cast<int>(i));
+}
+
 void SwapFile::pump() {
   int prepared = 0;
   while (!queued_.empty() && in_flight_ < options_.queue_depth) {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-    if (sqe == nullptr) break;
     Piece piece = queued_.front();
+    char* source = piece.buffer;
+    if (piece.write && cipher_) {
+      // Sealed before anything is taken, so that a throw leaves the piece queued. A free buffer
+      // exists: each piece in flight holds at most one, and fewer than queue_depth are in flight.
+      if (staging_.empty()) make_staging();
+      const int slot = free_staging_.back();
+      Staging& staging = staging_[static_cast<size_t>(slot)];
+      source = static_cast<char*>(staging.buffer.data());
+      cipher_->seal(piece.offset, piece.buffer, source, piece.bytes, staging.seals.data());
+      piece.staging = slot;
+    }
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
+    if (sqe == nullptr) break;  // (an encrypted piece is sealed again, with new nonces, next time)
+    if (piece.staging >= 0) free_staging_.pop_back();
     queued_.pop_front();
     if (piece.write) {
-      io_uring_prep_write(sqe, fd_, piece.buffer, static_cast<unsigned>(piece.bytes), static_cast<uint64_t>(piece.offset));
+      io_uring_prep_write(sqe, fd_, source, static_cast<unsigned>(piece.bytes), static_cast<uint64_t>(piece.offset));
     } else {
-      io_uring_prep_read(sqe, fd_, piece.buffer, static_cast<unsigned>(piece.bytes), static_cast<uint64_t>(piece.offset));
+      io_uring_prep_read(sqe, fd_, source, static_cast<unsigned>(piece.bytes), static_cast<uint64_t>(piece.offset));
     }
     const uint64_t id = ring_->next_id++;
     io_uring_sqe_set_data64(sqe, id);
@@ -191,7 +227,21 @@ void SwapFile::reap(bool block) {
                  std::to_string(piece.bytes) + " bytes at offset " + std::to_string(piece.offset) + ")";
     } else {
       (piece.write ? bytes_written_ : bytes_read_) += piece.bytes;
+      if (piece.write && cipher_) {
+        cipher_->commit(piece.offset, staging_[static_cast<size_t>(piece.staging)].seals.data(), piece.bytes);
+      } else if (cipher_) {
+        try {
+          const int64_t forged = cipher_->open(piece.offset, piece.buffer, piece.bytes);
+          if (forged >= 0 && error_.empty())
+            error_ = path_ + ": the " + std::to_string(SwapCipher::kPageBytes) + " bytes at offset " +
+                     std::to_string(forged) + " fail authentication (AES-256-GCM, encrypt_swap): the swap file was " +
+                     "changed on disk";
+        } catch (const Error& e) {
+          if (error_.empty()) error_ = path_ + ": " + e.what();
+        }
+      }
     }
+    if (piece.staging >= 0) free_staging_.push_back(piece.staging);
     --pieces_left_[static_cast<size_t>(piece.ticket - first_open_)];
     pump();  // refill the slot at once: the device never waits for the next piece
   }
@@ -210,7 +260,8 @@ void SwapFile::wait(IoTicket ticket) {
       pump();
       reap(true);
     }
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
     (write ? write_wait_ns : read_wait_ns) += ns;
   }
   if (!error_.empty()) {
@@ -248,7 +299,8 @@ SwapFolder::~SwapFolder() {
 void check_swap_dir(const std::string& dir, int64_t needed, const std::string& key) {
   struct stat info {};
   if (dir.empty()) throw Error(key + " is empty: NVMe offload needs a directory", key);
-  if (::stat(dir.c_str(), &info) != 0) throw Error(key + ": " + dir + " does not exist (" + errno_text(errno) + ")", key);
+  if (::stat(dir.c_str(), &info) != 0)
+    throw Error(key + ": " + dir + " does not exist (" + errno_text(errno) + ")", key);
   if (!S_ISDIR(info.st_mode)) throw Error(key + ": " + dir + " is not a directory", key);
   // Writable, as the swap files will be (access() says yes to root even on a read-only mount).
   const std::string probe = dir + "/.zerocpp-write-probe-" + std::to_string(::getpid());

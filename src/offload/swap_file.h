@@ -9,7 +9,13 @@
 // Offsets, sizes and buffer addresses are multiples of kIoAlignment (buffers from AlignedBuffer).
 // A request is cut into `block_size` pieces and at most `queue_depth` pieces are in flight
 // (DeepSpeed's aio block). Where the filesystem refuses O_DIRECT the file is opened buffered,
-// with a warning (warning()). The file is created new, sized, and removed by the destructor.
+// with a warning (warning()). The file is created new and sized, and loses its name at once: its
+// blocks live only as long as the object (or the process).
+// With AioOptions::encrypt every page is written sealed with AES-256-GCM and authenticated when
+// read back (SwapCipher): a write is encrypted into a staging buffer of its own as it is
+// submitted (at most queue_depth buffers of block_size), a read is decrypted in place as it
+// completes, and a page that fails authentication is an error naming the file and the offset.
+// As without encryption, a range must not be read while a write of it is in flight.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +24,13 @@
 #include <string>
 #include <vector>
 
+namespace zero {
+class Config;
+}
+
 namespace zero::offload {
+
+class SwapCipher;
 
 inline constexpr int64_t kIoAlignment = 4096;
 
@@ -31,7 +43,11 @@ struct AioOptions {
   int64_t queue_depth = 8;         // pieces in flight at most
   bool single_submit = false;      // submit each piece on its own (else in batches)
   bool direct = true;              // false: buffered I/O even where O_DIRECT works (tests)
+  bool encrypt = false;            // AES-256-GCM ("zerocpp": {"encrypt_swap": true}; SwapCipher)
 };
+
+// A run's swap settings: the aio block's, and zerocpp's encrypt_swap.
+AioOptions aio_options(const Config& config);
 
 // Pages of their own for I/O buffers (aligned for O_DIRECT, zero-filled), mapped and unmapped
 // directly: from malloc, large short-lived buffers left holes that later allocations split, and
@@ -80,6 +96,7 @@ class SwapFile {
   const std::string& path() const { return path_; }
   int64_t size() const { return size_; }
   bool direct() const { return direct_; }
+  bool encrypted() const { return cipher_ != nullptr; }
   const std::string& warning() const { return warning_; }  // why O_DIRECT is off, if it is
   int64_t bytes_read() const { return bytes_read_; }
   int64_t bytes_written() const { return bytes_written_; }
@@ -90,10 +107,11 @@ class SwapFile {
     int64_t offset, bytes;
     char* buffer;
     IoTicket ticket;
+    int staging = -1;  // an encrypted write: the staging buffer that holds its ciphertext
   };
   IoTicket submit(bool write, int64_t offset, char* buffer, int64_t bytes);
-  void pump();             // submits queued pieces while fewer than queue_depth are in flight
-  void reap(bool block);   // collects completions
+  void pump();            // submits queued pieces while fewer than queue_depth are in flight
+  void reap(bool block);  // collects completions
   void check_request(int64_t offset, const void* buffer, int64_t bytes) const;
   struct Ring;
   std::unique_ptr<Ring> ring_;
@@ -111,6 +129,13 @@ class SwapFile {
   IoTicket first_open_ = 1;
   std::string error_;
   int64_t bytes_read_ = 0, bytes_written_ = 0;
+  // encrypt: the file's key and page seals, and queue_depth staging buffers of block_size (made
+  // at the first write) with the seals of what each holds.
+  struct Staging;
+  void make_staging();
+  std::unique_ptr<SwapCipher> cipher_;
+  std::vector<Staging> staging_;
+  std::vector<int> free_staging_;
 };
 
 // A folder of its own under `dir` for one engine's swap files ("zerocpp-swap-<pid>.<n>.rank<R>"),

@@ -17,8 +17,8 @@ ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
-  return jinja::render(impl_->program, context);
+std::string ChatTemplate::render(const nlohmann::ordered_json& context, MessageSpans* spans) const {
+  return jinja::render(impl_->program, context, spans);
 }
 
 }  // namespace zero::text

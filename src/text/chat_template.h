@@ -13,6 +13,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +26,17 @@ namespace zero::text {
 class ChatTemplateRaise : public Error {
  public:
   explicit ChatTemplateRaise(const std::string& message) : Error(message, "raise_exception") {}
+};
+
+// Where a render wrote each message of the context's "messages": the output of the loop iteration
+// that had the message as its item, as [begin, end) in the rendered text. A message that no loop
+// wrote from stays unset; one written by two iterations that both wrote something makes the spans
+// ambiguous (an iteration that wrote nothing, as in a loop that only checks the messages, counts
+// only where there is no other).
+struct MessageSpans {
+  static constexpr size_t kUnset = static_cast<size_t>(-1);
+  std::vector<std::pair<size_t, size_t>> spans;  // per message, {kUnset, kUnset} when unset
+  bool ambiguous = false;
 };
 
 class ChatTemplate {
@@ -38,7 +51,8 @@ class ChatTemplate {
   // bos_token, eos_token, add_generation_prompt, tools, date_string, ...
   // Note: an ordered_json, because key order shows in tojson's output (a tool's schema prints
   // in the order it was written); an nlohmann::json converts to it with its keys sorted.
-  std::string render(const nlohmann::ordered_json& context) const;
+  // With `spans`, also where each message was written (for masking from one render).
+  std::string render(const nlohmann::ordered_json& context, MessageSpans* spans = nullptr) const;
 
  private:
   struct Impl;

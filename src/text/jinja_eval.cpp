@@ -4,6 +4,7 @@
 // the way to carry a value out of a loop.
 #include "text/jinja_eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -116,6 +117,20 @@ Value binary(const std::string& op, const Value& l, const Value& r) {
 
 class Interpreter {
  public:
+  // Records into `spans` where each message (by its object, whatever list it is reached
+  // through: messages, messages[1:], a filtered list) is written into `out`, the final output.
+  void trace(MessageSpans* spans, const Value& messages, const std::string* out) {
+    spans_ = spans;
+    traced_out_ = out;
+    traced_messages_ = messages;  // held, so that no other object takes a message's address
+    spans->spans.clear();
+    spans->ambiguous = false;
+    if (messages.kind != Kind::Array) return;
+    spans->spans.assign(messages.array->size(), {MessageSpans::kUnset, MessageSpans::kUnset});
+    for (size_t i = 0; i < messages.array->size(); ++i)
+      if ((*messages.array)[i].kind == Kind::Object) message_index_[(*messages.array)[i].object.get()] = i;
+  }
+
   Flow exec(const Nodes& body, Scope& scope, std::string& out) {
     for (const auto& n : body)
       if (Flow f = exec(*n, scope, out); f != Flow::Normal) return f;
@@ -139,6 +154,31 @@ class Interpreter {
       fail("rendering took more than " + std::to_string(kMaxSteps) + " steps (the template's budget: a loop without end?)");
   }
   int64_t steps_ = 0;
+  MessageSpans* spans_ = nullptr;
+  const std::string* traced_out_ = nullptr;
+  Value traced_messages_;
+  std::unordered_map<const Object*, size_t> message_index_;
+
+  // Output from `mark` on was taken back (an iteration left by break or continue): a span
+  // recorded in it no longer describes the text.
+  void note_taken_back(size_t mark) {
+    if (furthest_end_ > mark) spans_->ambiguous = true;
+  }
+  size_t furthest_end_ = 0;  // of the spans recorded
+
+  void note_written(const Value& item, size_t begin, size_t end) {
+    if (item.kind != Kind::Object) return;
+    const auto found = message_index_.find(item.object.get());
+    if (found == message_index_.end()) return;
+    auto& span = spans_->spans[found->second];
+    // An iteration that wrote nothing (a loop that only checks the messages) does not count.
+    if (span.first != MessageSpans::kUnset && span.second > span.first) {
+      if (end > begin) spans_->ambiguous = true;
+      return;
+    }
+    span = {begin, end};
+    furthest_end_ = std::max(furthest_end_, end);
+  }
 
   Flow exec(const Node& n, Scope& scope, std::string& out) {
     try {
@@ -225,7 +265,11 @@ class Interpreter {
       bind(*n.a, items[i], scope);
       const size_t mark = out.size();
       const Flow f = exec(n.body, scope, out);
-      if (f != Flow::Normal) out.resize(mark);
+      if (f != Flow::Normal) {
+        out.resize(mark);
+        if (spans_ && &out == traced_out_) note_taken_back(mark);
+      }
+      if (f == Flow::Normal && spans_ && &out == traced_out_) note_written(items[i], mark, out.size());
       if (f == Flow::Break) break;
       if (f == Flow::Continue) continue;
       ran = true;
@@ -321,7 +365,7 @@ class Interpreter {
 
 }  // namespace
 
-std::string render(const Nodes& program, const nlohmann::ordered_json& context) {
+std::string render(const Nodes& program, const nlohmann::ordered_json& context, MessageSpans* spans) {
   Scope root;
   for (const char* f : {"namespace", "raise_exception", "range", "strftime_now"}) root.vars[f] = Value::builtin(f);
   root.vars["true"] = root.vars["True"] = Value::of(true);
@@ -335,7 +379,13 @@ std::string render(const Nodes& program, const nlohmann::ordered_json& context) 
     }
   }
   std::string out;
-  if (Interpreter().exec(program, root, out) != Flow::Normal) throw Error("chat template: 'break' or 'continue' outside a loop");
+  Interpreter interpreter;
+  if (spans) {
+    const auto messages = root.vars.find("messages");
+    interpreter.trace(spans, messages == root.vars.end() ? Value{} : messages->second, &out);
+  }
+  if (interpreter.exec(program, root, out) != Flow::Normal)
+    throw Error("chat template: 'break' or 'continue' outside a loop");
   return out;
 }
 

@@ -52,24 +52,24 @@ std::string map_case(std::string_view s, Map map) {
   return out;
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_js_digit(char c) { return c >= '0' && c <= '9'; }
 
 // The longest prefix of s that is a JavaScript decimal literal (digits, fraction, exponent).
 size_t decimal_prefix(std::string_view s) {
   size_t i = 0, digits = 0;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-  while (i < s.size() && is_digit(s[i])) ++i, ++digits;
+  while (i < s.size() && is_js_digit(s[i])) ++i, ++digits;
   if (i < s.size() && s[i] == '.') {
     size_t j = i + 1, frac = 0;
-    while (j < s.size() && is_digit(s[j])) ++j, ++frac;
+    while (j < s.size() && is_js_digit(s[j])) ++j, ++frac;
     if (digits + frac > 0) i = j, digits += frac;
   }
   if (digits == 0) return 0;
   if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
     size_t j = i + 1;
     if (j < s.size() && (s[j] == '+' || s[j] == '-')) ++j;
-    if (j < s.size() && is_digit(s[j])) {
-      while (j < s.size() && is_digit(s[j])) ++j;
+    if (j < s.size() && is_js_digit(s[j])) {
+      while (j < s.size() && is_js_digit(s[j])) ++j;
       i = j;
     }
   }
@@ -220,7 +220,7 @@ bool js_parse_int(std::string_view text, double& out) {
   size_t i = 0;
   if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
   size_t j = i;
-  while (j < s.size() && is_digit(s[j])) ++j;
+  while (j < s.size() && is_js_digit(s[j])) ++j;
   if (j == i) return false;
   out = parse_decimal(s.substr(0, j));
   return true;

@@ -1,5 +1,5 @@
 // Encoding runs the tokenizers library's pipeline: added tokens are cut out of the raw text first
-// (leftmost, then longest), every other stretch is normalized, pre-tokenized into words, and each
+// (leftmost, then longest: AddedTokenMatcher, one pass), every other stretch is normalized, pre-tokenized into words, and each
 // word goes through the BPE model; the post-processor's template adds the special tokens.
 // Decoding maps ids to tokens and runs the decoders.
 #include "text/tokenizer.h"
@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
+#include "text/added_tokens.h"
 #include "text/bpe.h"
 #include "text/pipeline.h"
 #include "zero/error.h"
@@ -35,10 +35,11 @@ struct Tokenizer::Impl {
   PostProcess post_process;
   Decode decode;
   std::vector<AddedToken> added;
-  std::map<unsigned char, std::vector<const AddedToken*>> added_by_first_byte;  // longest first
+  AddedTokenMatcher added_matcher;  // over `added`, in its order
   std::unordered_map<int32_t, const AddedToken*> added_by_id;
   std::vector<std::string> model_tokens;  // id → token
   json config;                            // tokenizer_config.json, or null
+  std::string config_path;                // its path, or empty
 
   std::optional<int32_t> id_of(const std::string& token) const;  // an added token's, else the model's
   std::optional<int32_t> config_token(const char* key) const;
@@ -59,13 +60,42 @@ json read_json(const fs::path& file) {
   }
 }
 
-// A token setting of tokenizer_config.json: "text", {"content": "text", ...}, or null.
+// A token setting of tokenizer_config.json: "text", {"content": "text", ...}, or null (checked
+// by check_config).
 std::optional<std::string> token_text(const json& config, const char* key) {
   if (!config.is_object() || !config.contains(key)) return std::nullopt;
   const json& v = config[key];
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content")) return v["content"].get<std::string>();
   return std::nullopt;
+}
+
+// The keys of tokenizer_config.json that zerocpp reads, checked for their types once, at load:
+// each later read can then take them as they are. An error names the file and the key.
+void check_config(const json& config, const std::string& path) {
+  const auto fail = [&](const std::string& key, const std::string& expected) {
+    throw Error(path + ": " + key + " must be " + expected, key);
+  };
+  if (!config.is_object()) fail("(top level)", "a JSON object");
+  for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token"}) {
+    if (!config.contains(key)) continue;
+    const json& v = config[key];
+    if (!(v.is_null() || v.is_string() || (v.is_object() && v.contains("content") && v["content"].is_string())))
+      fail(key, "a string, an object with a string \"content\", or null");
+  }
+  if (config.contains("clean_up_tokenization_spaces") && !config["clean_up_tokenization_spaces"].is_boolean())
+    fail("clean_up_tokenization_spaces", "true or false");
+  if (config.contains("chat_template")) {
+    const json& t = config["chat_template"];
+    if (t.is_array()) {
+      for (size_t i = 0; i < t.size(); ++i)
+        if (!t[i].is_object() || !t[i].contains("name") || !t[i]["name"].is_string() || !t[i].contains("template") ||
+            !t[i]["template"].is_string())
+          fail("chat_template[" + std::to_string(i) + "]", "an object with string \"name\" and \"template\"");
+    } else if (!t.is_string() && !t.is_null()) {
+      fail("chat_template", "a string or a list of named templates");
+    }
+  }
 }
 
 }  // namespace
@@ -83,8 +113,7 @@ std::optional<int32_t> Tokenizer::Impl::config_token(const char* key) const {
   if (!text) return std::nullopt;
   const std::optional<int32_t> id = id_of(*text);
   if (!id)
-    throw Error("tokenizer_config.json: " + std::string(key) + " \"" + *text + "\" is not a token of tokenizer.json",
-                key);
+    throw Error(config_path + ": " + std::string(key) + " \"" + *text + "\" is not a token of tokenizer.json", key);
   return id;
 }
 
@@ -96,7 +125,11 @@ Tokenizer Tokenizer::load(const std::string& file_or_dir) {
   const std::string name = file.filename().string();
   auto impl = std::make_unique<Impl>();
   const fs::path config_file = file.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_file)) impl->config = read_json(config_file);
+  if (fs::exists(config_file)) {
+    impl->config = read_json(config_file);
+    impl->config_path = config_file.string();
+    check_config(impl->config, impl->config_path);
+  }
 
   try {
     for (const char* key : {"truncation", "padding"})
@@ -133,14 +166,12 @@ Tokenizer Tokenizer::load(const std::string& file_or_dir) {
   } catch (const json::exception& e) {
     throw Error(file.string() + ": " + e.what(), file.string());
   }
+  std::vector<std::string> contents;
   for (const AddedToken& a : impl->added) {
-    if (a.content.empty()) continue;
-    impl->added_by_first_byte[static_cast<unsigned char>(a.content[0])].push_back(&a);
-    impl->added_by_id[a.id] = &a;
+    contents.push_back(a.content);
+    if (!a.content.empty()) impl->added_by_id[a.id] = &a;
   }
-  for (auto& [byte, list] : impl->added_by_first_byte)
-    std::stable_sort(list.begin(), list.end(),
-                     [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+  impl->added_matcher = AddedTokenMatcher(contents);
   int32_t largest = -1;
   for (const auto& [token, id] : impl->model->vocab()) largest = std::max(largest, id);
   impl->model_tokens.resize(static_cast<size_t>(largest + 1));
@@ -165,23 +196,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special)
     for (const std::string& word : impl_->pre_tokenize({std::move(s)})) impl_->model->encode_word(word, ids);
   };
   size_t stretch = 0;
-  for (size_t i = 0; i < text.size();) {
-    const auto candidates = impl_->added_by_first_byte.find(static_cast<unsigned char>(text[i]));
-    const AddedToken* found = nullptr;
-    if (candidates != impl_->added_by_first_byte.end())
-      for (const AddedToken* a : candidates->second)
-        if (text.compare(i, a->content.size(), a->content) == 0) {
-          found = a;
-          break;
-        }
-    if (!found) {
-      ++i;
-      continue;
-    }
-    encode_stretch(stretch, i);
-    ids.push_back(found->id);
-    i += found->content.size();
-    stretch = i;
+  for (const AddedTokenMatcher::Match& match : impl_->added_matcher.find_all(text)) {
+    encode_stretch(stretch, match.begin);
+    ids.push_back(impl_->added[static_cast<size_t>(match.token)].id);
+    stretch = match.end;
   }
   encode_stretch(stretch, text.size());
   return add_special ? impl_->post_process(std::move(ids)) : ids;
@@ -247,6 +265,8 @@ std::optional<int32_t> Tokenizer::pad_id() const { return impl_->config_token("p
 bool Tokenizer::clean_up_tokenization_spaces() const {
   return impl_->config.is_object() && impl_->config.value("clean_up_tokenization_spaces", false);
 }
+
+std::string Tokenizer::config_path() const { return impl_->config_path; }
 
 std::string Tokenizer::chat_template() const {
   if (!impl_->config.is_object() || !impl_->config.contains("chat_template")) return {};

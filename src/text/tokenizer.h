@@ -38,6 +38,7 @@ class Tokenizer {
   std::optional<int32_t> pad_id() const;
   bool clean_up_tokenization_spaces() const;  // tokenizer_config.json's, false when absent
   std::string chat_template() const;          // tokenizer_config.json's, empty when absent
+  std::string config_path() const;            // the tokenizer_config.json read, empty when none
 
   struct Impl;
 

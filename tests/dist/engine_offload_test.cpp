@@ -5,7 +5,7 @@
 // The optimizer on NVMe (ZeRO-Infinity) streams master and moments through a pool of buffers,
 // tile by tile, with the same arithmetic: bit for bit too, and only the pool stays in memory.
 // Stage 3's parameter shards on NVMe are read for each gather and written by each step: the same
-// bits again. Bad swap paths and Lamb (its trust ratios need every tile twice) are errors by name.
+// bits again, and with the swap encrypted (encrypt_swap). Bad swap paths and Lamb (its trust ratios need every tile twice) are errors by name.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -107,6 +107,9 @@ std::string param_on_nvme(std::string json, const std::string& dir) {
   return json;
 }
 
+// The same run with every swap file encrypted ("zerocpp": {"encrypt_swap": true}).
+std::string encrypted(const std::string& json) { return R"({"zerocpp": {"encrypt_swap": true}, )" + json.substr(1); }
+
 TEST(OffloadNvme, TheOptimizerOnNvmeIsTheInMemoryRunBitForBit) {
   SwapDir dir;
   for (int stage = 1; stage <= 3; ++stage)
@@ -121,6 +124,11 @@ TEST(OffloadNvme, TheOptimizerOnNvmeIsTheInMemoryRunBitForBit) {
           expect_same(engine_test::train(on_nvme(plain, dir.path.string(), pipeline, buffers), test_world()), reference,
                       label);
         }
+      // Encrypted: the tiles read and written back, and at stage 2 the gradients streamed into
+      // the file during backward, each sealed and authenticated.
+      if (stage == 2)
+        expect_same(engine_test::train(encrypted(on_nvme(plain, dir.path.string(), true)), test_world()), reference,
+                    "stage 2 encrypted" + std::string(bf16 ? " bf16" : " fp32"));
       // Stage 3: the parameters offloaded too, to the CPU or to NVMe; or only they on NVMe.
       if (stage == 3) {
         expect_same(engine_test::train(offloaded(on_nvme(plain, dir.path.string(), true), false, true, false),

@@ -3,7 +3,8 @@
 // written by each step. The same 12 losses and weights, bit for bit, as the run in memory, with
 // the optimizer in memory, on the CPU or on NVMe, in fp32 and bf16, at 1-4 ranks; the shards are
 // then out of memory; built under zero::Init, the units' shards go to files as they are built;
-// checkpoints resume between NVMe and memory both ways.
+// the same with every swap file encrypted (encrypt_swap); checkpoints resume between NVMe and
+// memory both ways.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -30,12 +31,14 @@ struct UnitRun {
 struct Checkpointing {
   std::string load, save;
   int save_at = -1, first = 0, last = 12;
-  bool init = false;  // build the model under zero::Init
+  bool init = false;          // build the model under zero::Init
+  bool encrypt_swap = false;  // "zerocpp": {"encrypt_swap": true}: every swap file AES-256-GCM
 };
 
 UnitRun train(const std::string& offload, bool bf16, const Checkpointing& c = {}) {
   zero::models::TinyTransformerOptions o;
-  const std::string json = std::string(R"({"train_batch_size": 24, "gradient_clipping": 1.0, "bf16": {"enabled": )") +
+  const std::string json = std::string(R"({"train_batch_size": 24, "gradient_clipping": 1.0, )") +
+                           (c.encrypt_swap ? R"("zerocpp": {"encrypt_swap": true}, )" : "") + R"("bf16": {"enabled": )" +
                            (bf16 ? "true" : "false") + R"(},
       "zero_optimization": {"stage": 3, "overlap_comm": true, "stage3_param_persistence_threshold": 0,
                             "sub_group_size": 4000)" + offload + R"(},
@@ -95,12 +98,19 @@ TEST(OffloadNvmeUnits, ParameterShardsOnNvmeAreTheInMemoryRunBitForBit) {
   }
   // Built under zero::Init with the parameters on NVMe, each unit's shard goes to a file as soon
   // as the unit is built (none is held in memory) and reaches the engine's swap from there.
+  // Encrypted, every one of those files (the units' spill, the parameters' and the optimizer's
+  // swap) is sealed when written and opened when read: the same bits.
   for (bool bf16 : {false, true}) {
     const UnitRun reference = train("", bf16);
-    const UnitRun got = train(optimizer_nvme + param, bf16, {.init = true});
-    EXPECT_EQ(got.spilled_units, 2) << (bf16 ? "bf16" : "fp32");
-    for (size_t i = 0; i < got.losses.size(); ++i) EXPECT_EQ(got.losses[i], reference.losses[i]) << "init, step " << i;
-    for (size_t i = 0; i < got.weights.size(); ++i) EXPECT_TRUE(got.weights[i].equal(reference.weights[i])) << "init";
+    for (bool encrypt_swap : {false, true}) {
+      const UnitRun got = train(optimizer_nvme + param, bf16, {.init = true, .encrypt_swap = encrypt_swap});
+      const std::string label = std::string(bf16 ? "bf16" : "fp32") + (encrypt_swap ? ", encrypted" : "");
+      EXPECT_EQ(got.spilled_units, 2) << label;
+      for (size_t i = 0; i < got.losses.size(); ++i)
+        EXPECT_EQ(got.losses[i], reference.losses[i]) << "init, " << label << ", step " << i;
+      for (size_t i = 0; i < got.weights.size(); ++i)
+        EXPECT_TRUE(got.weights[i].equal(reference.weights[i])) << "init, " << label;
+    }
   }
   // A checkpoint written with both on NVMe (streamed out of the swap files) resumes in memory,
   // and one written in memory resumes with both on NVMe: the same last 6 losses.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # NVMe offload as a user meets it, through zero-train:
 # - resume anywhere: saved at 2 ranks stage 3 with the optimizer and the parameters on NVMe,
-#   resumed at 1 rank stage 2 in memory and at 4 ranks stage 3 on NVMe (and saved in memory at
-#   4 ranks, resumed on NVMe at 2): the next 10 losses match the uninterrupted run within 1e-5;
+#   resumed at 1 rank stage 2 in memory and at 4 ranks stage 3 on NVMe with the swap encrypted
+#   (encrypt_swap), and saved in memory at 4 ranks, resumed on NVMe at 2: the next 10 losses
+#   match the uninterrupted run within 1e-5;
 # - Ctrl-C: SIGINT stops the run cleanly, its swap folder removed;
-# - kill -9 mid-run leaves its swap folder behind; the next run on the same nvme_path removes it,
-#   trains, and leaves nothing.
+# - kill -9 of an encrypted run mid-run leaves its swap folder behind and no file; the next run on
+#   the same nvme_path removes it, trains, and leaves nothing.
 source "$(dirname "$0")/gpt_e2e_common.sh"
 nvme=$tmp/nvme
 mkdir -p "$nvme"
@@ -15,6 +16,10 @@ nvme_config() {  # nvme_config STAGE -> path: config STAGE with the optimizer (a
   sed "s|\"stage3_param_persistence_threshold\": 0|&, \"sub_group_size\": 3000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$nvme\", \"pipeline_read\": true, \"pipeline_write\": true}$param|" \
     "$(config "$1")" > "$tmp/nvme$1.json"
   echo "$tmp/nvme$1.json"
+}
+encrypted() {  # encrypted CONFIG -> path: the same with "zerocpp": {"encrypt_swap": true}
+  sed '0,/{/s//{"zerocpp": {"encrypt_swap": true}, /' "$1" > "${1%.json}e.json"
+  echo "${1%.json}e.json"
 }
 train() {  # train RANKS CONFIG LOG [zero-train flags...]
   local ranks=$1 cfg=$2 log=$3
@@ -34,7 +39,7 @@ steps "$tmp/straight.log" | awk '$1 > 10' > "$tmp/expected"
 train 2 "$(nvme_config 3)" "$tmp/first.log" --steps 10 --save-dir "$tmp/at2" ||
   { echo "FAIL first NVMe run"; cat "$tmp/first.log"; exit 1; }
 train 4 "$(config 3)" "$tmp/first4.log" --steps 10 --save-dir "$tmp/at4"
-for case in "1 $(config 2) at2" "4 $(nvme_config 3) at2" "2 $(nvme_config 3) at4"; do
+for case in "1 $(config 2) at2" "4 $(encrypted "$(nvme_config 3)") at2" "2 $(nvme_config 3) at4"; do
   set -- $case
   rm -rf "$tmp/copy" && cp -r "$tmp/$3" "$tmp/copy"
   train "$1" "$2" "$tmp/resumed.log" --steps 20 --save-dir "$tmp/copy" --resume
@@ -59,12 +64,12 @@ else
   echo "FAIL Ctrl-C"; tail -3 "$tmp/int.log"; ls "$nvme"; fail=1
 fi
 
-# kill -9: nothing of the swap (weights, optimizer state) is left on disk: its files' names went
-# when they were opened (the seed's security note). The empty folder stays; the next run removes it
+# kill -9: nothing of the swap (weights, optimizer state; here encrypted too) is left on disk: its
+# files' names went when they were opened (the seed's security note). The empty folder stays; the next run removes it
 # (its process is gone) and leaves nothing.
-train 1 "$(nvme_config 3)" "$tmp/killed.log" --steps 100000 &
+train 1 "$(encrypted "$(nvme_config 3)")" "$tmp/killed.log" --steps 100000 &
 for _ in $(seq 100); do grep -q "^step" "$tmp/killed.log" 2> /dev/null && break; sleep 0.2; done
-pkill -KILL -f "^$bin/zero-train --config $tmp/nvme3.json"
+pkill -KILL -f "^$bin/zero-train --config $tmp/nvme3e.json"
 wait
 files_left=$(find "$nvme" -type f | wc -l)
 [[ $files_left == 0 ]] && echo "ok   kill -9 left no swap file on disk" ||

@@ -1,6 +1,7 @@
 // Files from elsewhere (issue 37), torch-free: whatever the bytes, each reader ends with an error
 // naming the file (and the key where there is one) in bounded time and memory — deep nesting in
-// every JSON reader, devices and FIFOs where a regular file belongs. The checkpoint's own
+// every JSON reader, devices and FIFOs where a regular file belongs, long inputs that took
+// quadratic time (added tokens, a Split pattern that backtracks). The checkpoint's own
 // containment cases are in tests/dist/engine_checkpoint_test.cpp (ManifestsFromElsewhereAreContained),
 // the hostfile's in tests/unit/launch_plan_test.cpp (HostileFilesAreClearErrorsInBoundedTime).
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "checkpoint/reader.h"
@@ -18,6 +20,7 @@
 #include "launch/launch_plan.h"
 #include "models/finetune/trainer_files.h"
 #include "models/llama/llama_config.h"
+#include "text/added_tokens.h"
 #include "text/tokenizer.h"
 #include "zero/error.h"
 
@@ -168,6 +171,90 @@ TEST(FilesFromElsewhere, DevicesAndFifosAreNotRegularFiles) {
   fs::resize_file(huge, (uint64_t{64} << 20) + 1);
   expect_error("a config.json over 64 MiB", [&] { zero::llama::read_llama_config(huge.string()); },
                huge.string() + ": larger than 67108864 bytes");
+  EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
+  fs::remove_all(dir);
+}
+
+// The added tokens' one-pass matcher (an Aho–Corasick automaton over the reversed tokens) takes
+// what the simple scan took, written out here: from the left, at each position the longest
+// token that starts there (the first of equal ones), else one byte on. Random tokens and texts
+// over three letters, so that tokens overlap, nest and repeat.
+TEST(FilesFromElsewhere, AddedTokensMatchLeftmostLongest) {
+  std::mt19937 random(5);
+  const auto letters = [&](size_t n) {
+    std::string s(n, 'a');
+    for (char& c : s) c = "abc"[random() % 3];
+    return s;
+  };
+  for (int round = 0; round < 500; ++round) {
+    std::vector<std::string> tokens(1 + random() % 10);
+    for (std::string& t : tokens) t = letters(random() % 5);
+    const std::string text = letters(random() % 60);
+    std::vector<zero::text::AddedTokenMatcher::Match> expected;
+    for (size_t i = 0; i < text.size();) {
+      int best = -1;
+      for (size_t t = 0; t < tokens.size(); ++t)
+        if (!tokens[t].empty() && text.compare(i, tokens[t].size(), tokens[t]) == 0 &&
+            (best < 0 || tokens[t].size() > tokens[static_cast<size_t>(best)].size()))
+          best = static_cast<int>(t);
+      if (best < 0) {
+        ++i;
+        continue;
+      }
+      expected.push_back({i, i + tokens[static_cast<size_t>(best)].size(), best});
+      i = expected.back().end;
+    }
+    const auto got = zero::text::AddedTokenMatcher(tokens).find_all(text);
+    ASSERT_EQ(got.size(), expected.size()) << "round " << round << ": " << text;
+    for (size_t m = 0; m < got.size(); ++m) {
+      EXPECT_EQ(got[m].begin, expected[m].begin) << "round " << round;
+      EXPECT_EQ(got[m].end, expected[m].end) << "round " << round;
+      EXPECT_EQ(got[m].token, expected[m].token) << "round " << round;
+    }
+  }
+}
+
+// Ten times the inputs that took minutes, each well within the bounds:
+//   - 50 000 added tokens with a common prefix over 10 MB of text (every token was tried at
+//     every position);
+//   - a Split pattern that backtracks over the rest of the text at every position (`a*b|a` over
+//     10 MB of "a"): an error naming the pattern, from PCRE2's limits or the match budget.
+TEST(FilesFromElsewhere, LongInputsTakeTimeInProportion) {
+  const fs::path dir = scratch("long");
+  std::string added = "[";
+  for (int i = 0; i < 50'000; ++i) {
+    char content[16];
+    std::snprintf(content, sizeof content, "<t%05d>", i);
+    added += std::string(i ? "," : "") + R"({"id": )" + std::to_string(13 + i) + R"(, "content": ")" + content +
+             R"(", "special": true})";
+  }
+  added += "]";
+  const fs::path many = dir / "tokenizer.json";
+  write(many, R"({"model": {"type": "BPE", "vocab": {"<": 0, "t": 1, ">": 2, "0": 3, "1": 4, "2": 5, "3": 6,
+      "4": 7, "5": 8, "6": 9, "7": 10, "8": 11, "9": 12}, "merges": []}, "added_tokens": )" + added + "}");
+  const zero::text::Tokenizer tokenizer = zero::text::Tokenizer::load(many.string());
+  std::string text;
+  int64_t units = 0;
+  while (text.size() < 10'000'000) {
+    char token[16];
+    std::snprintf(token, sizeof token, "<t%05d>", static_cast<int>(units % 50'000));
+    text += std::string("<t0000") + token;  // a near miss of every token, then a token
+    ++units;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tokenizer.encode(text, false);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10) << "added tokens";
+  ASSERT_EQ(static_cast<int64_t>(ids.size()), units * 7);  // 6 characters of the near miss, then the token
+  EXPECT_EQ(ids[6], 13);
+  EXPECT_EQ(ids[13], 14);
+
+  const fs::path backtracks = dir / "split.json";
+  write(backtracks, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a*b|a"}, "behavior": "Isolated", "invert": false}})");
+  const zero::text::Tokenizer split = zero::text::Tokenizer::load(backtracks.string());
+  EXPECT_EQ(split.encode("aab", false).size(), 3u);
+  const std::string as(10'000'000, 'a');
+  expect_error("a*b|a over 10 MB", [&] { split.encode(as, false); }, "a*b|a");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }

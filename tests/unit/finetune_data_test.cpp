@@ -9,6 +9,9 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "models/finetune/chat_example.h"
 #include "models/finetune/instruction_data.h"
 #include "models/finetune/sft_batches.h"
 #include "models/finetune/trainer_files.h"
@@ -136,20 +139,109 @@ TEST(InstructionData, ErrorsNameTheFileAndLine) {
   EXPECT_NE(error_of(object).find(object + ": one JSON object; the data set must be a JSON array"), std::string::npos)
       << error_of(object);
   EXPECT_NE(error_of("/nonexistent/data.json").find("cannot open the data set /nonexistent/data.json"), std::string::npos);
-  // 80 000 messages (10x the record whose prefix masking took more than 30 s): refused at once.
+  // 80 000 messages (10x the record whose prefix masking took more than 30 s, issue 37): masked
+  // from one render of the conversation, in time proportional to it; every assistant turn
+  // ("x<|eot_id|>") learned. Kept whole: max_length 10^6.
   std::string messages = "{\"messages\": [";
   for (int i = 0; i < 80'000; ++i)
     messages += std::string(i ? ", " : "") + R"({"role": ")" + (i % 2 ? "assistant" : "user") + R"(", "content": "x"})";
   const std::string long_chat = write("long_chat.jsonl", messages + "]}\n");
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_NE(error_of(long_chat).find(long_chat + ":1: 80000 messages in one record, more than the 1024"),
-            std::string::npos)
-      << error_of(long_chat);
+  const InstructionData long_data = read_instruction_data(long_chat, llama3(), 1'000'000);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  ASSERT_EQ(long_data.examples.size(), 1u);
+  int64_t learned = 0;
+  for (int32_t label : long_data.examples[0].labels) learned += label != kIgnoreIndex;
+  EXPECT_EQ(learned, 40'000 * 2);
   // A record nested 100 000 deep (issue 37): an error naming the line, not a stack overflow.
   const std::string deep = write("deep.jsonl", "{\"instruction\": " + std::string(100'000, '[') +
                                                    std::string(100'000, ']') + "}\n");
   EXPECT_NE(error_of(deep).find(deep + ":1: JSON nested deeper than 128 levels"), std::string::npos) << error_of(deep);
+}
+
+// A template that writes the messages without a loop over them: the turns are told apart by
+// rendering each one's prefixes (from_prefixes), which labels the same tokens; past 1024 messages
+// such a record is refused at once, naming the line.
+TEST(InstructionData, TemplatesWithoutALoopOverTheMessagesAreMaskedByPrefixes) {
+  const fs::path dir = fs::temp_directory_path() / "zero_finetune_data_test_no_loop";
+  fs::create_directories(dir);
+  fs::remove(dir / "tokenizer.json");
+  fs::create_symlink(fs::absolute(std::getenv("ZERO_TOKENIZER_CASES")) / "llama3_1" / "tokenizer.json",
+                     dir / "tokenizer.json");
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"chat_template": "{% if messages|length > 0 %}U: {{ messages[0]['content'] }}\n{% endif %})"
+      << R"({% if messages|length > 1 %}A:\n{{ messages[1]['content'] }}<|eot_id|>{% endif %})"
+      << R"({% if add_generation_prompt %}A:\n{% endif %}"})";
+  const zero::text::Tokenizer tokenizer = zero::text::Tokenizer::load(dir.string());
+  const std::string path =
+      write("no_loop.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there!"}]})");
+  const InstructionData data = read_instruction_data(path, tokenizer, 512);
+  ASSERT_EQ(data.examples.size(), 1u);
+  std::vector<int32_t> learned;
+  for (size_t t = 0; t < data.examples[0].ids.size(); ++t)
+    if (data.examples[0].labels[t] != kIgnoreIndex) learned.push_back(data.examples[0].labels[t]);
+  EXPECT_EQ(tokenizer.decode(learned), "Hello there!<|eot_id|>");
+  std::string messages = "{\"messages\": [";
+  for (int i = 0; i < 2000; ++i)
+    messages += std::string(i ? ", " : "") + R"({"role": ")" + (i % 2 ? "assistant" : "user") + R"(", "content": "x"})";
+  const std::string many = write("no_loop_many.jsonl", messages + "]}\n");
+  std::string error = "(no error)";
+  try {
+    read_instruction_data(many, tokenizer, 512);
+  } catch (const zero::Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find(many + ":1: 2000 messages in one record, more than the 1024"), std::string::npos) << error;
+  fs::remove_all(dir);
+}
+
+// The one render labels what rendering every prefix labels (the reference method), on the real
+// chat templates the tests hold (Llama 3.3, Gemma 2, Phi-3.5, Mistral's), with Llama 3's
+// tokenizer: the same ids and labels for every conversation the prefix method accepts. Found in
+// one render for Llama 3.3's, Gemma 2's and Mistral Nemo's. Two write a message's text by what
+// comes after it, so that example() falls back to the prefixes there: Phi-3.5's writes an
+// end-of-text after the loop unless a generation prompt follows, and mistral-common's a space
+// after a user turn unless it is the last (loop.length).
+TEST(InstructionData, OneRenderLabelsWhatThePrefixesLabel) {
+  const fs::path templates = fs::path(ZERO_SOURCE_DIR) / "tests/reference/chat_templates/templates";
+  const auto conversations = nlohmann::ordered_json::parse(R"([
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there!"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": " 6 "}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+     {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]])");
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(templates)) {
+    const fs::path dir = fs::temp_directory_path() / ("zero_finetune_data_test_" + entry.path().stem().string());
+    fs::create_directories(dir);
+    fs::remove(dir / "tokenizer.json");
+    fs::create_symlink(fs::absolute(std::getenv("ZERO_TOKENIZER_CASES")) / "llama3_1" / "tokenizer.json",
+                       dir / "tokenizer.json");
+    std::ifstream in(entry.path());
+    const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir / "tokenizer_config.json")
+        << nlohmann::json{{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}, {"chat_template", source}}.dump();
+    const zero::text::Tokenizer tokenizer = zero::text::Tokenizer::load(dir.string());
+    const ChatRenderer renderer(tokenizer);
+    for (size_t c = 0; c < conversations.size(); ++c) {
+      const std::string label = entry.path().filename().string() + ", conversation " + std::to_string(c);
+      Example reference;
+      try {
+        reference = renderer.example(conversations[c], label, ChatRenderer::Masking::kPrefixes);
+      } catch (const zero::Error&) {
+        continue;  // the template refuses it (Gemma has no system role) or its turns cannot be told apart
+      }
+      const bool falls_back = label.find("Phi-3.5") != std::string::npos || label.find("mistral-common") == 0;
+      const Example got = renderer.example(
+          conversations[c], label,
+          falls_back ? ChatRenderer::Masking::kOneRender : ChatRenderer::Masking::kOneRenderOnly);
+      EXPECT_EQ(got.ids, reference.ids) << label;
+      EXPECT_EQ(got.labels, reference.labels) << label;
+      ++compared;
+    }
+    fs::remove_all(dir);
+  }
+  EXPECT_GE(compared, 10);
 }
 
 TEST(SftBatches, EachEpochDealsEveryExampleOnceWhateverTheWorld) {
