@@ -44,6 +44,16 @@ int run(int argc, char** argv) {
   zero::offload::SwapFile swap(path, size, {.block_size = block, .queue_depth = depth, .encrypt = encrypt});
   // Two buffers: one request in flight while the next is issued, as the optimizer's pipeline does.
   zero::offload::AlignedBuffer buffers[2] = {zero::offload::AlignedBuffer(chunk), zero::offload::AlignedBuffer(chunk)};
+  // Random bytes, as weights and optimizer state are to a disk (and as fio writes): a virtual
+  // disk may store and read back pages of zeros faster than others.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (auto& buffer : buffers) {
+    auto* words = static_cast<uint64_t*>(buffer.data());
+    for (int64_t i = 0; i < chunk / 8; ++i) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      words[i] = state;
+    }
+  }
   auto bandwidth = [&](bool write) {
     const auto start = Clock::now();
     for (int64_t offset = 0, i = 0; offset < size; offset += chunk, ++i) {

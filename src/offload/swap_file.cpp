@@ -198,7 +198,11 @@ void SwapFile::pump() {
     ring_->pieces.emplace(id, piece);
     ++in_flight_;
     ++prepared;
-    if (options_.single_submit) io_uring_submit(&ring_->ring);
+    // An encrypted piece goes to the device at once: the next one is sealed while it is written.
+    if (options_.single_submit || piece.staging >= 0) {
+      io_uring_submit(&ring_->ring);
+      prepared = 0;
+    }
   }
   if (prepared > 0 && !options_.single_submit) io_uring_submit(&ring_->ring);
 }
