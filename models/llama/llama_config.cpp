@@ -74,6 +74,18 @@ class Fields {
   std::set<std::string> read_;
 };
 
+// A field of a nested object (rope_scaling, rope_parameters), checked for its type as Fields::get
+// checks the top level's.
+template <class T>
+T nested(const json& object, const std::string& key, T fallback, const std::string& origin, const std::string& path) {
+  if (!object.contains(key) || object[key].is_null()) return fallback;
+  try {
+    return object[key].get<T>();
+  } catch (const json::exception&) {
+    refuse(origin, path + "." + key, "has the wrong type (" + object[key].dump().substr(0, 80) + ")");
+  }
+}
+
 struct Defaults {
   int64_t vocab, hidden, intermediate, layers, heads, max_positions;
   std::optional<int64_t> kv_heads;  // none: num_attention_heads
@@ -83,8 +95,8 @@ struct Defaults {
 RopeScaling read_rope_scaling(const json& r, const std::string& origin, const std::string& key) {
   RopeScaling s;
   if (!r.is_object()) refuse(origin, key, "must be an object or null");
-  const std::string type = r.contains("rope_type") ? r["rope_type"].get<std::string>()
-                                                   : r.value("type", std::string("default"));
+  const std::string type = r.contains("rope_type") ? nested<std::string>(r, "rope_type", "default", origin, key)
+                                                   : nested<std::string>(r, "type", "default", origin, key);
   for (const auto& [field, value] : r.items()) {
     static const std::set<std::string> known = {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
                                                 "original_max_position_embeddings", "rope_theta"};
@@ -95,9 +107,9 @@ RopeScaling read_rope_scaling(const json& r, const std::string& origin, const st
     s.type = RopeScaling::Type::kLinear;
   } else if (type == "llama3") {
     s.type = RopeScaling::Type::kLlama3;
-    s.low_freq_factor = r.value("low_freq_factor", 1.0);
-    s.high_freq_factor = r.value("high_freq_factor", 4.0);
-    s.original_max_position_embeddings = r.value("original_max_position_embeddings", int64_t{8192});
+    s.low_freq_factor = nested(r, "low_freq_factor", 1.0, origin, key);
+    s.high_freq_factor = nested(r, "high_freq_factor", 4.0, origin, key);
+    s.original_max_position_embeddings = nested(r, "original_max_position_embeddings", int64_t{8192}, origin, key);
     if (s.high_freq_factor <= s.low_freq_factor) refuse(origin, key + ".high_freq_factor", "must exceed low_freq_factor");
   } else {
     refuse(origin, key + ".rope_type",
@@ -105,7 +117,7 @@ RopeScaling read_rope_scaling(const json& r, const std::string& origin, const st
                          "su and others are refused)");
   }
   if (!r.contains("factor")) refuse(origin, key + ".factor", "is required for " + type + " scaling");
-  s.factor = r["factor"].get<double>();
+  s.factor = nested(r, "factor", 0.0, origin, key);
   if (s.factor <= 0) refuse(origin, key + ".factor", "must be positive");
   return s;
 }
@@ -164,7 +176,7 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   c.max_position_embeddings = f.get<int64_t>("max_position_embeddings", d.max_positions);
   c.rms_norm_eps = f.get<double>("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = f.get<bool>("tie_word_embeddings", false);
-  c.torch_dtype = f.has("torch_dtype") ? j["torch_dtype"].get<std::string>() : j.value("dtype", std::string());
+  c.torch_dtype = f.has("torch_dtype") ? f.get<std::string>("torch_dtype", "") : f.get<std::string>("dtype", "");
   for (const auto* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                           "num_key_value_heads", "max_position_embeddings"}) {
     if (j.contains(key) && j[key].is_number() && j[key].get<double>() < 1) refuse(origin, key, "must be positive");
@@ -200,7 +212,7 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   if (f.has("rope_parameters")) {
     const json& p = f.at("rope_parameters");
     c.rope_scaling = read_rope_scaling(p, origin, "rope_parameters");
-    if (p.contains("rope_theta")) c.rope_theta = p["rope_theta"].get<double>();
+    c.rope_theta = nested(p, "rope_theta", c.rope_theta, origin, "rope_parameters");
   }
 
   const std::string act = f.get<std::string>("hidden_act", "silu");
@@ -224,9 +236,10 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
     if (f.get<bool>("use_sliding_window", false))
       refuse(origin, "use_sliding_window", "Qwen2's per-layer sliding window is not computed by zerocpp");
     f.get<int64_t>("sliding_window", 0);  // only read when use_sliding_window is true
-    f.get<bool>("use_mrope", false);
-    if (j.value("use_mrope", false)) refuse(origin, "use_mrope", "multimodal rotary embeddings (Qwen2-VL) are not computed");
+    if (f.get<bool>("use_mrope", false))
+      refuse(origin, "use_mrope", "multimodal rotary embeddings (Qwen2-VL) are not computed");
     if (f.has("layer_types")) {
+      if (!f.at("layer_types").is_array()) refuse(origin, "layer_types", "must be a list");
       for (const auto& t : f.at("layer_types"))
         if (t != "full_attention") refuse(origin, "layer_types", "only full_attention layers are computed");
     }
@@ -244,7 +257,11 @@ LlamaConfig read_llama_config(const std::string& path) {
   } catch (const json::exception& e) {
     throw Error(path + ": not JSON (" + e.what() + ")", path);
   }
-  return parse_llama_config(j, path);
+  try {
+    return parse_llama_config(j, path);
+  } catch (const json::exception& e) {  // a type every field's reader should have checked
+    throw Error(path + ": " + e.what(), path);
+  }
 }
 
 nlohmann::ordered_json export_llama_config(const nlohmann::ordered_json& input, const std::string& torch_dtype) {

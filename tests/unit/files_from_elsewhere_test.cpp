@@ -137,6 +137,14 @@ TEST(FilesFromElsewhere, ModelConfigSizesAreBounded) {
       "intermediate_size": 32, "num_hidden_layers": 100000000, "num_attention_heads": 2, "num_key_value_heads": 1})");
   expect_error("num_hidden_layers 1e8", [&] { zero::llama::read_llama_config(config.string()); },
                "num_hidden_layers: 100000000 is more than 4096");
+  // Found by the config.json fuzzer (fuzz/seeds/model_config/finding-dtype-false.json): a field of
+  // the wrong type, top level or nested, is an error naming it.
+  write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "dtype": false})");
+  expect_error("dtype false", [&] { zero::llama::read_llama_config(config.string()); }, "dtype: has the wrong type");
+  write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+      "rope_scaling": {"rope_type": "llama3", "factor": "8"}})");
+  expect_error("rope_scaling.factor a string", [&] { zero::llama::read_llama_config(config.string()); },
+               "rope_scaling.factor: has the wrong type");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
