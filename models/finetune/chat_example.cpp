@@ -3,9 +3,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
-#include <nlohmann/json.hpp>
 
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -34,7 +34,8 @@ void check_messages(const json& messages, const std::string& where) {
     const std::string at = fmt::format("{}: messages[{}]", where, i);
     if (!m.is_object()) throw Error(at + " must be an object with \"role\" and \"content\"", where);
     for (const char* key : {"role", "content"}) {
-      if (!m.contains(key) || !m[key].is_string()) throw Error(fmt::format("{}: \"{}\" must be a string", at, key), where);
+      if (!m.contains(key) || !m[key].is_string())
+        throw Error(fmt::format("{}: \"{}\" must be a string", at, key), where);
     }
     any_assistant = any_assistant || m["role"] == "assistant";
   }
@@ -92,11 +93,11 @@ Example ChatRenderer::example(const json& messages, const std::string& where, Ma
 // The generation prompt is what the conversation before the first assistant turn, rendered with
 // add_generation_prompt, adds to the whole's text before that turn, and every turn must begin
 // with it. That the prefixes are the whole's beginnings is checked at the first and the last
-// assistant turn (the conversation before each with the prompt, and through each): a template whose text depends on what comes after (loop.last, an
-// end-of-text after the loop for a conversation that ends with the assistant) differs there. The
-// text is tokenized in pieces cut at those bounds, which must give the whole's tokens. Anything
-// else (an assistant message written twice or outside a loop over the messages, a turn that does
-// not begin with the prompt, a token across a bound) leaves it to the prefix method.
+// assistant turn (the conversation before each with the prompt, and through each): a template whose text depends on
+// what comes after (loop.last, an end-of-text after the loop for a conversation that ends with the assistant) differs
+// there. The text is tokenized in pieces cut at those bounds, which must give the whole's tokens. Anything else (an
+// assistant message written twice or outside a loop over the messages, a turn that does not begin with the prompt, a
+// token across a bound) leaves it to the prefix method.
 std::optional<Example> ChatRenderer::from_one_render(const json& messages, const std::string& where) const {
   text::MessageSpans written;
   const std::string whole = render(messages, messages.size(), false, where, &written);

@@ -2,12 +2,12 @@
 
 #include <fstream>
 #include <set>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
-#include "zero/error.h"
 #include "checkpoint/files.h"
 #include "util/json_from_file.h"
+#include "zero/error.h"
 
 namespace zero::llama {
 namespace {
@@ -17,20 +17,74 @@ using json = nlohmann::json;
 // Fields that change nothing the trainer computes: token ids, generation defaults, and
 // PretrainedConfig's bookkeeping (full dumps of older transformers versions write them all).
 const std::set<std::string>& inert_fields() {
-  static const std::set<std::string> fields = {
-      "_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "initializer_range",
-      "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
-      "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "return_dict",
-      "output_attentions", "output_hidden_states", "output_scores", "return_dict_in_generate", "torchscript",
-      "use_bfloat16", "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward", "is_encoder_decoder",
-      "is_decoder", "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder", "finetuning_task",
-      "id2label", "label2id", "problem_type", "tokenizer_class", "prefix", "task_specific_params", "max_length",
-      "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
-      "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
-      "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
-      "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
-      "suppress_tokens", "begin_suppress_tokens", "architectures", "model_type", "auto_map", "custom_pipelines",
-      "keys_to_ignore_at_inference", "max_window_layers", "unsloth_version", "unsloth_fixed", "_from_model_config", "is_llama_config"};
+  static const std::set<std::string> fields = {"_name_or_path",
+                                               "transformers_version",
+                                               "torch_dtype",
+                                               "dtype",
+                                               "use_cache",
+                                               "initializer_range",
+                                               "bos_token_id",
+                                               "eos_token_id",
+                                               "sep_token_id",
+                                               "decoder_start_token_id",
+                                               "_attn_implementation",
+                                               "_attn_implementation_autoset",
+                                               "attn_implementation",
+                                               "return_dict",
+                                               "output_attentions",
+                                               "output_hidden_states",
+                                               "output_scores",
+                                               "return_dict_in_generate",
+                                               "torchscript",
+                                               "use_bfloat16",
+                                               "tf_legacy_loss",
+                                               "pruned_heads",
+                                               "chunk_size_feed_forward",
+                                               "is_encoder_decoder",
+                                               "is_decoder",
+                                               "add_cross_attention",
+                                               "cross_attention_hidden_size",
+                                               "tie_encoder_decoder",
+                                               "finetuning_task",
+                                               "id2label",
+                                               "label2id",
+                                               "problem_type",
+                                               "tokenizer_class",
+                                               "prefix",
+                                               "task_specific_params",
+                                               "max_length",
+                                               "min_length",
+                                               "do_sample",
+                                               "early_stopping",
+                                               "num_beams",
+                                               "num_beam_groups",
+                                               "diversity_penalty",
+                                               "temperature",
+                                               "top_k",
+                                               "top_p",
+                                               "typical_p",
+                                               "repetition_penalty",
+                                               "length_penalty",
+                                               "no_repeat_ngram_size",
+                                               "encoder_no_repeat_ngram_size",
+                                               "bad_words_ids",
+                                               "num_return_sequences",
+                                               "forced_bos_token_id",
+                                               "forced_eos_token_id",
+                                               "remove_invalid_values",
+                                               "exponential_decay_length_penalty",
+                                               "suppress_tokens",
+                                               "begin_suppress_tokens",
+                                               "architectures",
+                                               "model_type",
+                                               "auto_map",
+                                               "custom_pipelines",
+                                               "keys_to_ignore_at_inference",
+                                               "max_window_layers",
+                                               "unsloth_version",
+                                               "unsloth_fixed",
+                                               "_from_model_config",
+                                               "is_llama_config"};
   return fields;
 }
 
@@ -74,18 +128,6 @@ class Fields {
   std::set<std::string> read_;
 };
 
-// A field of a nested object (rope_scaling, rope_parameters), checked for its type as Fields::get
-// checks the top level's.
-template <class T>
-T nested(const json& object, const std::string& key, T fallback, const std::string& origin, const std::string& path) {
-  if (!object.contains(key) || object[key].is_null()) return fallback;
-  try {
-    return object[key].get<T>();
-  } catch (const json::exception&) {
-    refuse(origin, path + "." + key, "has the wrong type (" + object[key].dump().substr(0, 80) + ")");
-  }
-}
-
 struct Defaults {
   int64_t vocab, hidden, intermediate, layers, heads, max_positions;
   std::optional<int64_t> kv_heads;  // none: num_attention_heads
@@ -95,11 +137,13 @@ struct Defaults {
 RopeScaling read_rope_scaling(const json& r, const std::string& origin, const std::string& key) {
   RopeScaling s;
   if (!r.is_object()) refuse(origin, key, "must be an object or null");
-  const std::string type = r.contains("rope_type") ? nested<std::string>(r, "rope_type", "default", origin, key)
-                                                   : nested<std::string>(r, "type", "default", origin, key);
+  const std::string type = r.contains("rope_type")
+                               ? json_field<std::string>(r, "rope_type", "default", origin + ": " + key)
+                               : json_field<std::string>(r, "type", "default", origin + ": " + key);
   for (const auto& [field, value] : r.items()) {
-    static const std::set<std::string> known = {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
-                                                "original_max_position_embeddings", "rope_theta"};
+    static const std::set<std::string> known = {
+        "rope_type", "type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+        "rope_theta"};
     if (!known.contains(field)) refuse(origin, key + "." + field, "not a field of the linear or llama3 scaling");
   }
   if (type == "default") return s;
@@ -107,17 +151,20 @@ RopeScaling read_rope_scaling(const json& r, const std::string& origin, const st
     s.type = RopeScaling::Type::kLinear;
   } else if (type == "llama3") {
     s.type = RopeScaling::Type::kLlama3;
-    s.low_freq_factor = nested(r, "low_freq_factor", 1.0, origin, key);
-    s.high_freq_factor = nested(r, "high_freq_factor", 4.0, origin, key);
-    s.original_max_position_embeddings = nested(r, "original_max_position_embeddings", int64_t{8192}, origin, key);
-    if (s.high_freq_factor <= s.low_freq_factor) refuse(origin, key + ".high_freq_factor", "must exceed low_freq_factor");
+    s.low_freq_factor = json_field(r, "low_freq_factor", 1.0, origin + ": " + key);
+    s.high_freq_factor = json_field(r, "high_freq_factor", 4.0, origin + ": " + key);
+    s.original_max_position_embeddings =
+        json_field(r, "original_max_position_embeddings", int64_t{8192}, origin + ": " + key);
+    if (s.high_freq_factor <= s.low_freq_factor)
+      refuse(origin, key + ".high_freq_factor", "must exceed low_freq_factor");
   } else {
     refuse(origin, key + ".rope_type",
-           "\"" + type + "\" is not computed by zerocpp (llama3, linear and default are; dynamic, yarn, longrope, "
-                         "su and others are refused)");
+           "\"" + type +
+               "\" is not computed by zerocpp (llama3, linear and default are; dynamic, yarn, longrope, "
+               "su and others are refused)");
   }
   if (!r.contains("factor")) refuse(origin, key + ".factor", "is required for " + type + " scaling");
-  s.factor = nested(r, "factor", 0.0, origin, key);
+  s.factor = json_field(r, "factor", 0.0, origin + ": " + key);
   if (s.factor <= 0) refuse(origin, key + ".factor", "must be positive");
   return s;
 }
@@ -155,8 +202,8 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   c.architecture = family->second.first;
   for (const auto& a : architectures) {
     if (a != c.architecture) {
-      refuse(origin, "architectures", "\"" + a + "\" is not " + c.architecture + " (the only head zerocpp builds for " +
-                                          c.model_type + ")");
+      refuse(origin, "architectures",
+             "\"" + a + "\" is not " + c.architecture + " (the only head zerocpp builds for " + c.model_type + ")");
     }
   }
   const Defaults d = c.family == Family::kLlama     ? Defaults{32000, 4096, 11008, 32, 32, 2048, std::nullopt, 0}
@@ -212,17 +259,19 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   if (f.has("rope_parameters")) {
     const json& p = f.at("rope_parameters");
     c.rope_scaling = read_rope_scaling(p, origin, "rope_parameters");
-    c.rope_theta = nested(p, "rope_theta", c.rope_theta, origin, "rope_parameters");
+    c.rope_theta = json_field(p, "rope_theta", c.rope_theta, origin + ": rope_parameters");
   }
 
   const std::string act = f.get<std::string>("hidden_act", "silu");
-  if (act != "silu" && act != "swish") refuse(origin, "hidden_act", "\"" + act + "\": the family's MLP is SwiGLU (silu)");
+  if (act != "silu" && act != "swish")
+    refuse(origin, "hidden_act", "\"" + act + "\": the family's MLP is SwiGLU (silu)");
   if (f.get<double>("attention_dropout", 0.0) != 0.0)
     refuse(origin, "attention_dropout", "must be 0: zerocpp trains these models without dropout");
   if (f.get<int64_t>("pretraining_tp", 1) != 1)
     refuse(origin, "pretraining_tp", "must be 1 (tensor-parallel slicing of the linear layers is not computed)");
   if (f.get<bool>("rope_interleaved", false))
-    refuse(origin, "rope_interleaved", "Meta's interleaved rotary layout is not computed (transformers' rotate-half is)");
+    refuse(origin, "rope_interleaved",
+           "Meta's interleaved rotary layout is not computed (transformers' rotate-half is)");
   if (f.has("quantization_config")) refuse(origin, "quantization_config", "quantized weights are not trained");
 
   if (c.family == Family::kLlama) {
@@ -276,7 +325,9 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& c) {
   t.push_back({"model.embed_tokens.weight", {c.vocab_size, H}, -1});
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto add = [&](const std::string& name, std::vector<int64_t> shape) { t.push_back({p + name, std::move(shape), l}); };
+    auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+      t.push_back({p + name, std::move(shape), l});
+    };
     add("input_layernorm.weight", {H});
     add("self_attn.q_proj.weight", {c.q_size(), H});
     if (c.qkv_bias) add("self_attn.q_proj.bias", {c.q_size()});
@@ -307,9 +358,15 @@ std::string hf_name(const std::string& engine_name) {
 }
 
 const std::vector<std::string>& hf_side_files() {
-  static const std::vector<std::string> files = {"generation_config.json", "tokenizer.json",  "tokenizer_config.json",
-                                                 "special_tokens_map.json", "tokenizer.model", "vocab.json",
-                                                 "merges.txt",              "added_tokens.json", "chat_template.jinja"};
+  static const std::vector<std::string> files = {"generation_config.json",
+                                                 "tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json",
+                                                 "tokenizer.model",
+                                                 "vocab.json",
+                                                 "merges.txt",
+                                                 "added_tokens.json",
+                                                 "chat_template.jinja"};
   return files;
 }
 

@@ -1,11 +1,11 @@
 #include "text/bpe.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <queue>
 
-#include <nlohmann/json.hpp>
-
 #include "text/tokenizer.h"
+#include "util/json_from_file.h"
 #include "zero/error.h"
 
 namespace zero::text {
@@ -34,15 +34,15 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& path) {
   const auto refuse = [&](const std::string& key, const std::string& what) {
     throw Error(path + "." + key + ": " + what + " is not supported by zerocpp's tokenizer", path + "." + key);
   };
-  const std::string type = model.value("type", std::string("BPE"));
+  const std::string type = json_field<std::string>(model, "type", "BPE", path);
   if (type != "BPE") refuse("type", "the model \"" + type + "\" (BPE is)");
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
-    refuse("dropout", "BPE dropout");
+  if (json_field<double>(model, "dropout", 0.0, path) != 0.0) refuse("dropout", "BPE dropout");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty()) refuse(key, "a value");
+    if (!json_field<std::string>(model, key, "", path).empty()) refuse(key, "a value");
   // Ids are checked before anything is sized by them: a 392-byte file with one id of 1e8 would
   // otherwise ask for an id table of gigabytes, and an id of 2^40 + 1 would wrap to 1.
-  const nlohmann::json& vocab = model.at("vocab");
+  if (!model.contains("vocab")) throw Error(path + ".vocab: is required", path + ".vocab");
+  const nlohmann::json& vocab = model["vocab"];
   if (!vocab.is_object()) throw Error(path + ".vocab: not a JSON object of token → id", path + ".vocab");
   const int64_t limit = max_token_id(static_cast<int64_t>(vocab.size()));
   for (const auto& [token, id] : vocab.items()) {
@@ -52,11 +52,11 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& path) {
                   path + ".vocab");
     vocab_.emplace(token, static_cast<int32_t>(id.get<int64_t>()));
   }
-  byte_fallback_ = model.value("byte_fallback", false);
-  fuse_unk_ = model.value("fuse_unk", false);
-  ignore_merges_ = model.value("ignore_merges", false);
+  byte_fallback_ = json_field<bool>(model, "byte_fallback", false, path);
+  fuse_unk_ = json_field<bool>(model, "fuse_unk", false, path);
+  ignore_merges_ = json_field<bool>(model, "ignore_merges", false, path);
   if (model.contains("unk_token") && !model["unk_token"].is_null()) {
-    const std::string unk = model["unk_token"].get<std::string>();
+    const std::string unk = json_required<std::string>(model, "unk_token", path);
     const auto it = vocab_.find(unk);
     if (it == vocab_.end()) throw Error(path + ".unk_token: \"" + unk + "\" is not in the vocabulary", path);
     unk_ = it->second;
@@ -68,7 +68,10 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& path) {
     const auto it = vocab_.find(name);
     if (it != vocab_.end()) byte_ids_[static_cast<size_t>(b)] = it->second;
   }
-  const nlohmann::json& merges = model.at("merges");
+  if (model.contains("merges") && !model["merges"].is_array())
+    throw Error(path + ".merges: must be a list", path + ".merges");
+  static const nlohmann::json kNoMerges = nlohmann::json::array();
+  const nlohmann::json& merges = model.contains("merges") ? model["merges"] : kNoMerges;
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     std::string left, right;
@@ -79,9 +82,12 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& path) {
         throw Error(path + ".merges[" + std::to_string(rank) + "]: expected two tokens, got \"" + line + "\"", path);
       left = line.substr(0, space);
       right = line.substr(space + 1);
-    } else {  // ["a", "b"]
-      left = merges[rank].at(0).get<std::string>();
-      right = merges[rank].at(1).get<std::string>();
+    } else if (merges[rank].is_array() && merges[rank].size() == 2 && merges[rank][0].is_string() &&
+               merges[rank][1].is_string()) {  // ["a", "b"]
+      left = merges[rank][0].get<std::string>();
+      right = merges[rank][1].get<std::string>();
+    } else {
+      throw Error(path + ".merges[" + std::to_string(rank) + "]: expected \"a b\" or [\"a\", \"b\"]", path);
     }
     const auto a = vocab_.find(left), b = vocab_.find(right), merged = vocab_.find(left + right);
     if (a == vocab_.end() || b == vocab_.end() || merged == vocab_.end())
@@ -124,7 +130,8 @@ void Bpe::encode_word(const std::string& word, std::vector<int32_t>& ids) const 
         continue;
       }
     }
-    if (unk_ < 0) throw Error("the tokenizer has no unk_token for \"" + std::string(c) + "\", which its vocabulary lacks");
+    if (unk_ < 0)
+      throw Error("the tokenizer has no unk_token for \"" + std::string(c) + "\", which its vocabulary lacks");
     if (fuse_unk_ && last_unk) {
       symbols.back().len += c.size();
     } else {

@@ -53,9 +53,9 @@ Value binary_numbers(const std::string& op, const Value& l, const Value& r) {
   if (op == "+") return number(a + b);
   if (op == "-") return number(a - b);
   if (op == "*") return number(a * b);
-  if (op == "/") return Value::floating(a / b);        // JavaScript: 1/0 is Infinity, not an error
+  if (op == "/") return Value::floating(a / b);  // JavaScript: 1/0 is Infinity, not an error
   if (op == "//") return number(std::floor(a / b));
-  if (op == "%") return number(std::fmod(a, b));      // JavaScript's %: the sign of the dividend
+  if (op == "%") return number(std::fmod(a, b));  // JavaScript's %: the sign of the dividend
   if (op == "<") return Value::of(a < b);
   if (op == ">") return Value::of(a > b);
   if (op == "<=") return Value::of(a <= b);
@@ -151,7 +151,8 @@ class Interpreter {
  private:
   void step(int64_t cost = 1) {
     if ((steps_ += cost) > kMaxSteps)
-      fail("rendering took more than " + std::to_string(kMaxSteps) + " steps (the template's budget: a loop without end?)");
+      fail("rendering took more than " + std::to_string(kMaxSteps) +
+           " steps (the template's budget: a loop without end?)");
   }
   int64_t steps_ = 0;
   MessageSpans* spans_ = nullptr;
@@ -194,14 +195,26 @@ class Interpreter {
 
   Flow execute(const Node& n, Scope& scope, std::string& out) {
     switch (n.kind) {
-      case NodeKind::Text: out += n.name; return Flow::Normal;
-      case NodeKind::Output: out += to_output(eval(*n.a, scope)); return Flow::Normal;
-      case NodeKind::If: return exec(truthy(eval(*n.a, scope)) ? n.body : n.orelse, scope, out);
-      case NodeKind::For: loop(n, scope, out); return Flow::Normal;
-      case NodeKind::Set: assign(n, scope); return Flow::Normal;
-      case NodeKind::Break: return Flow::Break;
-      case NodeKind::Continue: return Flow::Continue;
-      default: fail("an expression where a statement was expected");
+      case NodeKind::Text:
+        out += n.name;
+        return Flow::Normal;
+      case NodeKind::Output:
+        out += to_output(eval(*n.a, scope));
+        return Flow::Normal;
+      case NodeKind::If:
+        return exec(truthy(eval(*n.a, scope)) ? n.body : n.orelse, scope, out);
+      case NodeKind::For:
+        loop(n, scope, out);
+        return Flow::Normal;
+      case NodeKind::Set:
+        assign(n, scope);
+        return Flow::Normal;
+      case NodeKind::Break:
+        return Flow::Break;
+      case NodeKind::Continue:
+        return Flow::Continue;
+      default:
+        fail("an expression where a statement was expected");
     }
   }
 
@@ -224,7 +237,8 @@ class Interpreter {
     }
     if (n.a->kind != NodeKind::Member) return bind(*n.a, v, scope);
     const Value object = eval(*n.a->a, scope);
-    if (object.kind != Kind::Namespace) fail("cannot set an attribute of a " + std::string(kind_name(object.kind)) + " (only of a namespace)");
+    if (object.kind != Kind::Namespace)
+      fail("cannot set an attribute of a " + std::string(kind_name(object.kind)) + " (only of a namespace)");
     object.object->set(n.a->name, std::move(v));
   }
 
@@ -256,10 +270,14 @@ class Interpreter {
       step(kStepsPerIteration);
       const double index = static_cast<double>(i);
       Object info;
-      info.entries = {{"index", Value::integer(index + 1)}, {"index0", Value::integer(index)},
-                      {"revindex", Value::integer(length - index)}, {"revindex0", Value::integer(length - index - 1)},
-                      {"first", Value::of(i == 0)}, {"last", Value::of(i + 1 == items.size())},
-                      {"length", Value::integer(length)}, {"previtem", i > 0 ? items[i - 1] : Value{}},
+      info.entries = {{"index", Value::integer(index + 1)},
+                      {"index0", Value::integer(index)},
+                      {"revindex", Value::integer(length - index)},
+                      {"revindex0", Value::integer(length - index - 1)},
+                      {"first", Value::of(i == 0)},
+                      {"last", Value::of(i + 1 == items.size())},
+                      {"length", Value::integer(length)},
+                      {"previtem", i > 0 ? items[i - 1] : Value{}},
                       {"nextitem", i + 1 < items.size() ? items[i + 1] : Value{}}};
       scope.vars["loop"] = Value::mapping(std::move(info));
       bind(*n.a, items[i], scope);
@@ -290,7 +308,8 @@ class Interpreter {
 
   Value evaluate(const Node& n, Scope& scope) {
     switch (n.kind) {
-      case NodeKind::Literal: return n.value;
+      case NodeKind::Literal:
+        return n.value;
       case NodeKind::Name: {
         const Value* v = scope.find(n.name);
         return v ? *v : Value{};
@@ -325,11 +344,13 @@ class Interpreter {
         const Value operand = eval(*n.a, scope);
         return apply_filter(n, operand, arguments(n, scope));
       }
-      case NodeKind::Test: return Value::of(apply_test(n.name, eval(*n.a, scope)) != n.flag);
+      case NodeKind::Test:
+        return Value::of(apply_test(n.name, eval(*n.a, scope)) != n.flag);
       case NodeKind::Unary: {
         const Value v = eval(*n.a, scope);
         if (n.name == "not") return Value::of(!truthy(v));
-        if (!v.is_number() && v.kind != Kind::Bool) fail("cannot apply unary '" + n.name + "' to a " + kind_name(v.kind));
+        if (!v.is_number() && v.kind != Kind::Bool)
+          fail("cannot apply unary '" + n.name + "' to a " + kind_name(v.kind));
         const double x = (n.name == "-" ? -1 : 1) * (v.kind == Kind::Bool ? (v.boolean ? 1.0 : 0.0) : v.number);
         return v.kind == Kind::Float ? Value::floating(x) : Value::integer(x);
       }
@@ -339,8 +360,10 @@ class Interpreter {
         if (n.name == "or") return truthy(left) ? left : eval(*n.b, scope);
         return binary(n.name, left, eval(*n.b, scope));
       }
-      case NodeKind::Ternary: return truthy(eval(*n.b, scope)) ? eval(*n.a, scope) : eval(*n.c, scope);
-      case NodeKind::Select: return truthy(eval(*n.b, scope)) ? eval(*n.a, scope) : Value{};
+      case NodeKind::Ternary:
+        return truthy(eval(*n.b, scope)) ? eval(*n.a, scope) : eval(*n.c, scope);
+      case NodeKind::Select:
+        return truthy(eval(*n.b, scope)) ? eval(*n.a, scope) : Value{};
       case NodeKind::List:
       case NodeKind::Tuple: {
         Array items;
@@ -353,12 +376,14 @@ class Interpreter {
         Object entries;
         for (size_t i = 0; i < n.items.size(); ++i) {
           const Value key = eval(*n.items[i], scope);
-          if (key.kind != Kind::String) fail(std::string("a mapping's key must be a string, not a ") + kind_name(key.kind));
+          if (key.kind != Kind::String)
+            fail(std::string("a mapping's key must be a string, not a ") + kind_name(key.kind));
           entries.set(key.text, eval(*n.values[i], scope));
         }
         return Value::mapping(std::move(entries));
       }
-      default: fail("a statement where an expression was expected");
+      default:
+        fail("a statement where an expression was expected");
     }
   }
 };

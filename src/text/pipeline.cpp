@@ -1,16 +1,17 @@
 #include "text/pipeline.h"
 
+#include <utf8proc.h>
+
 #include <array>
 #include <cctype>
 #include <cstdlib>
 #include <memory>
-#include <unordered_map>
-
 #include <nlohmann/json.hpp>
-#include <utf8proc.h>
+#include <unordered_map>
 
 #include "text/regex.h"
 #include "text/tokenizer.h"
+#include "util/json_from_file.h"
 #include "zero/error.h"
 
 namespace zero::text {
@@ -28,17 +29,15 @@ std::string type_of(const json& block, const std::string& path) {
   return block["type"].get<std::string>();
 }
 
-template <typename T>
-T option(const json& block, const char* key, T fallback) {
-  const auto it = block.find(key);
-  return it == block.end() || it->is_null() ? fallback : it->get<T>();
-}
-
 // {"String": s} or {"Regex": r}, as Split, Replace and their decoders carry a pattern.
 std::shared_ptr<Regex> pattern_of(const json& block, const std::string& path) {
-  const json& p = block.at("pattern");
-  if (p.contains("String")) return std::make_shared<Regex>(p["String"].get<std::string>(), true, path);
-  if (p.contains("Regex")) return std::make_shared<Regex>(p["Regex"].get<std::string>(), false, path);
+  if (!block.contains("pattern") || !block["pattern"].is_object())
+    throw Error(path + ".pattern: expected {\"String\": ...} or {\"Regex\": ...}", path);
+  const json& p = block["pattern"];
+  if (p.contains("String"))
+    return std::make_shared<Regex>(json_required<std::string>(p, "String", path + ".pattern"), true, path);
+  if (p.contains("Regex"))
+    return std::make_shared<Regex>(json_required<std::string>(p, "Regex", path + ".pattern"), false, path);
   throw Error(path + ".pattern: expected {\"String\": ...} or {\"Regex\": ...}", path);
 }
 
@@ -54,11 +53,17 @@ std::string replace_all(const Regex& pattern, const std::string& text, const std
   return out;
 }
 
+// block[key], which must be a list.
+const json& list_of(const json& block, const char* key, const std::string& path) {
+  if (!block.contains(key) || !block[key].is_array()) throw Error(path + "." + key + ": must be a list", path);
+  return block[key];
+}
+
 // A "Sequence" block: the stages of its list `key`, each built by `build`, applied in order.
 template <typename Stage, typename Build>
 Stage chain(const json& block, const char* key, const std::string& path, Build build) {
   std::vector<Stage> steps;
-  const json& list = block.at(key);
+  const json& list = list_of(block, key, path);
   for (size_t i = 0; i < list.size(); ++i)
     steps.push_back(build(list[i], path + "." + key + "[" + std::to_string(i) + "]"));
   return [steps](auto value) {
@@ -77,7 +82,7 @@ Behavior behavior_of(const json& block, const std::string& path) {
       {"MergedWithPrevious", Behavior::kMergedWithPrevious},
       {"MergedWithNext", Behavior::kMergedWithNext},
       {"Contiguous", Behavior::kContiguous}};
-  const std::string name = block.at("behavior").get<std::string>();
+  const std::string name = json_required<std::string>(block, "behavior", path);
   const auto it = kNames.find(name);
   if (it == kNames.end()) not_built(path + ".behavior", "\"" + name + "\"");
   return it->second;
@@ -165,9 +170,9 @@ const std::unordered_map<std::string, uint8_t>& char_bytes() {
 Normalize unicode_form(int options) {
   return [options](std::string& s) {
     utf8proc_uint8_t* out = nullptr;
-    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                            static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                            static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
+    const utf8proc_ssize_t n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                     static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
     if (n < 0) throw Error(std::string("Unicode normalization failed: ") + utf8proc_errmsg(n));
     s.assign(reinterpret_cast<char*>(out), static_cast<size_t>(n));
     std::free(out);
@@ -200,7 +205,7 @@ Normalize build_normalizer(const json& block, const std::string& path) {
   const std::string type = type_of(block, path);
   if (type == "Sequence") {
     std::vector<Normalize> steps;
-    const json& list = block.at("normalizers");
+    const json& list = list_of(block, "normalizers", path);
     for (size_t i = 0; i < list.size(); ++i)
       steps.push_back(build_normalizer(list[i], path + ".normalizers[" + std::to_string(i) + "]"));
     return [steps](std::string& s) {
@@ -212,14 +217,14 @@ Normalize build_normalizer(const json& block, const std::string& path) {
   if (type == "NFKC") return unicode_form(UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
   if (type == "NFKD") return unicode_form(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
   if (type == "Prepend") {
-    const std::string prefix = block.at("prepend").get<std::string>();
+    const std::string prefix = json_required<std::string>(block, "prepend", path);
     return [prefix](std::string& s) {
       if (!s.empty()) s.insert(0, prefix);
     };
   }
   if (type == "Replace") {
     auto pattern = pattern_of(block, path);
-    const std::string content = block.at("content").get<std::string>();
+    const std::string content = json_required<std::string>(block, "content", path);
     return [pattern, content](std::string& s) { s = replace_all(*pattern, s, content); };
   }
   not_built(path, "the normalizer \"" + type + "\"");
@@ -230,17 +235,17 @@ PreTokenize build_pre_tokenizer(const json& block, const std::string& path) {
   const std::string type = type_of(block, path);
   if (type == "Sequence") return chain<PreTokenize>(block, "pretokenizers", path, build_pre_tokenizer);
   if (type == "Split") {
-    if (option(block, "invert", false)) not_built(path + ".invert", "true");
+    if (json_field<bool>(block, "invert", false, path)) not_built(path + ".invert", "true");
     return splitter(pattern_of(block, path), behavior_of(block, path));
   }
   if (type == "Digits") {  // Rust's char::is_numeric is Unicode's N categories
-    const bool individual = option(block, "individual_digits", false);
+    const bool individual = json_field<bool>(block, "individual_digits", false, path);
     return splitter(std::make_shared<Regex>(R"(\p{N})", false, path),
                     individual ? Behavior::kIsolated : Behavior::kContiguous);
   }
   if (type == "ByteLevel") {
-    const bool prefix_space = option(block, "add_prefix_space", true);
-    const bool use_regex = option(block, "use_regex", true);
+    const bool prefix_space = json_field<bool>(block, "add_prefix_space", true, path);
+    const bool use_regex = json_field<bool>(block, "use_regex", true, path);
     auto split = use_regex ? splitter(std::make_shared<Regex>(kGpt2Pattern, false, path), Behavior::kIsolated)
                            : PreTokenize([](std::vector<std::string> p) { return p; });
     return [prefix_space, split](std::vector<std::string> pieces) {
@@ -274,7 +279,7 @@ Decode build_decoder(const json& block, const std::string& path) {
   }
   if (type == "Replace") {
     auto pattern = pattern_of(block, path);
-    const std::string content = block.at("content").get<std::string>();
+    const std::string content = json_required<std::string>(block, "content", path);
     return [pattern, content](std::vector<std::string> tokens) {
       for (std::string& t : tokens) t = replace_all(*pattern, t, content);
       return tokens;
@@ -316,8 +321,9 @@ Decode build_decoder(const json& block, const std::string& path) {
     };
   }
   if (type == "Strip") {  // up to `start` leading and `stop` trailing `content` characters of each token
-    const std::string content = block.at("content").get<std::string>();
-    const size_t start = option<size_t>(block, "start", 0), stop = option<size_t>(block, "stop", 0);
+    const std::string content = json_required<std::string>(block, "content", path);
+    const size_t start = json_field<size_t>(block, "start", size_t{0}, path),
+                 stop = json_field<size_t>(block, "stop", size_t{0}, path);
     return [content, start, stop](std::vector<std::string> tokens) {
       for (std::string& t : tokens) {
         std::vector<std::string_view> chars = utf8_chars(t);
@@ -343,19 +349,23 @@ PostProcess build_post_processor(const json& block, const std::string& path) {
     // The single-sequence template: special tokens' ids around $A (sequence "A").
     std::vector<std::vector<int32_t>> before, after;
     bool seen_sequence = false;
-    const json& single = block.at("single");
+    const json& single = list_of(block, "single", path);
     for (size_t i = 0; i < single.size(); ++i) {
       const json& item = single[i];
       const std::string where = path + ".single[" + std::to_string(i) + "]";
       if (item.contains("Sequence")) {
-        if (item["Sequence"].at("id") != "A" || seen_sequence) not_built(where, "a template other than one $A");
+        if (json_required<std::string>(item["Sequence"], "id", where + ".Sequence") != "A" || seen_sequence)
+          not_built(where, "a template other than one $A");
         seen_sequence = true;
       } else if (item.contains("SpecialToken")) {
-        const std::string name = item["SpecialToken"].at("id").get<std::string>();
-        const auto special = block.at("special_tokens").find(name);
+        const std::string name = json_required<std::string>(item["SpecialToken"], "id", where + ".SpecialToken");
+        if (!block.contains("special_tokens") || !block["special_tokens"].is_object())
+          throw Error(path + ".special_tokens: must be an object", path);
+        const auto special = block["special_tokens"].find(name);
         if (special == block["special_tokens"].end())
           throw Error(where + ": the special token " + name + " is not in special_tokens", where);
-        (seen_sequence ? after : before).push_back(special->at("ids").get<std::vector<int32_t>>());
+        (seen_sequence ? after : before)
+            .push_back(json_required<std::vector<int32_t>>(*special, "ids", path + ".special_tokens." + name));
       } else {
         not_built(where, "this template item");
       }

@@ -28,7 +28,8 @@ constexpr size_t kStartWindow = 64;
 
 // A pattern as messages show it: a stranger's may be megabytes long.
 std::string shown(const std::string& pattern) {
-  return pattern.size() <= 200 ? pattern : pattern.substr(0, 200) + "... (" + std::to_string(pattern.size()) + " bytes)";
+  return pattern.size() <= 200 ? pattern
+                               : pattern.substr(0, 200) + "... (" + std::to_string(pattern.size()) + " bytes)";
 }
 
 std::string seconds_text(double seconds) {
@@ -80,13 +81,13 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& what) 
   // UCP: \s, \d and \w are Unicode's classes, as Oniguruma's are on UTF-8 text.
   const uint32_t options =
       PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_USE_OFFSET_LIMIT | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
-                                  &offset, nullptr);
+  compiled_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (!compiled_->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
-    throw Error(what + ": the pattern " + shown(pattern) + " does not compile at offset " + std::to_string(offset) + ": " +
-                reinterpret_cast<const char*>(message));
+    throw Error(what + ": the pattern " + shown(pattern) + " does not compile at offset " + std::to_string(offset) +
+                ": " + reinterpret_cast<const char*>(message));
   }
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);  // without JIT (not built in): the interpreter
 }
@@ -121,8 +122,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     }
     const size_t window_end = char_start(std::min(text.size(), start + kStartWindow));
     pcre2_set_offset_limit(context.get(), window_end);
-    const int found = pcre2_match(compiled_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
-                                  context.get());
+    const int found =
+        pcre2_match(compiled_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(), context.get());
     if (found == PCRE2_ERROR_NOMATCH) {
       if (window_end >= text.size()) break;
       start = window_end;  // no match starts in the window: the next one
@@ -132,8 +133,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(found, message, sizeof message);
       throw Error(what + ": the pattern " + shown(compiled_->pattern) + " failed at byte " + std::to_string(start) +
-                      " of a text of " + std::to_string(text.size()) + " bytes: " +
-                      reinterpret_cast<const char*>(message),
+                      " of a text of " + std::to_string(text.size()) +
+                      " bytes: " + reinterpret_cast<const char*>(message),
                   what);
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());

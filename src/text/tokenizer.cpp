@@ -1,22 +1,21 @@
 // Encoding runs the tokenizers library's pipeline: added tokens are cut out of the raw text first
-// (leftmost, then longest: AddedTokenMatcher, one pass), every other stretch is normalized, pre-tokenized into words, and each
-// word goes through the BPE model; the post-processor's template adds the special tokens.
-// Decoding maps ids to tokens and runs the decoders.
+// (leftmost, then longest: AddedTokenMatcher, one pass), every other stretch is normalized, pre-tokenized into words,
+// and each word goes through the BPE model; the post-processor's template adds the special tokens. Decoding maps ids to
+// tokens and runs the decoders.
 #include "text/tokenizer.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "text/added_tokens.h"
 #include "text/bpe.h"
 #include "text/pipeline.h"
-#include "zero/error.h"
 #include "util/json_from_file.h"
+#include "zero/error.h"
 
 namespace zero::text {
 namespace fs = std::filesystem;
@@ -135,33 +134,37 @@ Tokenizer Tokenizer::load(const std::string& file_or_dir) {
     for (const char* key : {"truncation", "padding"})
       if (doc.contains(key) && !doc[key].is_null())
         throw Error(name + ": " + key + " is set, and zerocpp's tokenizer does not apply it: set it to null", key);
-    impl->model.emplace(doc.at("model"), name + ": model");
+    if (!doc.contains("model")) throw Error(name + ": model: is required", "model");
+    impl->model.emplace(doc["model"], name + ": model");
     impl->normalize = build_normalizer(doc.value("normalizer", json()), name + ": normalizer");
     impl->pre_tokenize = build_pre_tokenizer(doc.value("pre_tokenizer", json()), name + ": pre_tokenizer");
     impl->post_process = build_post_processor(doc.value("post_processor", json()), name + ": post_processor");
     impl->decode = build_decoder(doc.value("decoder", json()), name + ": decoder");
     const json& added = doc.value("added_tokens", json::array());
+    if (!added.is_array()) throw Error(name + ": added_tokens: must be a list", "added_tokens");
     for (size_t i = 0; i < added.size(); ++i) {
       const json& a = added[i];
       const std::string where = name + ": added_tokens[" + std::to_string(i) + "]";
       for (const char* flag : {"single_word", "lstrip", "rstrip"})
-        if (a.value(flag, false))
-          throw Error(where + " (" + a.value("content", std::string()) + "): " + flag +
+        if (json_field<bool>(a, flag, false, where))
+          throw Error(where + " (" + json_field<std::string>(a, "content", "", where) + "): " + flag +
                           " is not supported by zerocpp's tokenizer",
                       where);
-      const bool special = a.value("special", false);
+      const bool special = json_field<bool>(a, "special", false, where);
       // "normalized": match in the normalized text, as the tokenizers library does. With no
       // normalizer that is the text itself (Hugging Face's own GPT-2 tokenizer.json says true).
       const bool has_normalizer = doc.contains("normalizer") && !doc["normalizer"].is_null();
-      if (a.value("normalized", !special) && has_normalizer)
-        throw Error(where + " (" + a.value("content", std::string()) +
+      if (json_field<bool>(a, "normalized", !special, where) && has_normalizer)
+        throw Error(where + " (" + json_field<std::string>(a, "content", "", where) +
                         "): matching added tokens in normalized text is not supported by zerocpp's tokenizer",
                     where);
-      const json& id = a.at("id");
+      if (!a.contains("id")) throw Error(where + ".id: is required", where);
+      const json& id = a["id"];
       const int64_t limit = max_token_id(static_cast<int64_t>(impl->model->vocab().size() + added.size()));
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= limit)
         throw Error(where + ".id: " + id.dump().substr(0, 40) + " is not in [0, " + std::to_string(limit) + ")", where);
-      impl->added.push_back({a.at("content").get<std::string>(), static_cast<int32_t>(id.get<int64_t>()), special});
+      impl->added.push_back(
+          {json_required<std::string>(a, "content", where), static_cast<int32_t>(id.get<int64_t>()), special});
     }
   } catch (const json::exception& e) {
     throw Error(file.string() + ": " + e.what(), file.string());
@@ -224,8 +227,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   for (const std::string& s : impl_->decode(std::move(tokens))) text += s;
   if (clean_up_spaces) {  // transformers' clean_up_tokenization
     static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-        {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+        {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+        {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
     for (const auto& [from, to] : kRules) {
       std::string out;
       const std::string f = from;
@@ -253,7 +256,8 @@ std::optional<int32_t> Tokenizer::token_to_id(const std::string& token) const { 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   const auto added = impl_->added_by_id.find(id);
   if (added != impl_->added_by_id.end()) return added->second->content;
-  if (id >= 0 && static_cast<size_t>(id) < impl_->model_tokens.size() && !impl_->model_tokens[static_cast<size_t>(id)].empty())
+  if (id >= 0 && static_cast<size_t>(id) < impl_->model_tokens.size() &&
+      !impl_->model_tokens[static_cast<size_t>(id)].empty())
     return impl_->model_tokens[static_cast<size_t>(id)];
   return std::nullopt;
 }

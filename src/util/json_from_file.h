@@ -5,7 +5,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "zero/error.h"
@@ -39,6 +38,30 @@ Json parse_json_from(Iterator first, Iterator last, const std::string& origin) {
     }
     return true;
   });
+}
+
+// A field of an object in such a file, read as T: `fallback` when it is absent or null, else an
+// Error naming `path`.`key` and what it holds when it is of another type (nlohmann's own message,
+// "type must be string, but is boolean", names neither the file nor the key).
+template <class T, class Json>
+T json_field(const Json& object, const std::string& key, T fallback, const std::string& path) {
+  if (!object.is_object()) throw Error(path + ": must be an object, not " + object.type_name(), path);
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  try {
+    return it->template get<T>();
+  } catch (const typename Json::exception&) {
+    const std::string held = it->is_primitive() ? it->dump().substr(0, 80) : std::string("a ") + it->type_name();
+    throw Error(path + "." + key + ": has the wrong type (" + held + ")", path + "." + key);
+  }
+}
+
+// The same for a field that must be there.
+template <class T, class Json>
+T json_required(const Json& object, const std::string& key, const std::string& path) {
+  if (!object.is_object() || !object.contains(key) || object[key].is_null())
+    throw Error(path + "." + key + ": is required", path + "." + key);
+  return json_field<T>(object, key, T{}, path);
 }
 
 }  // namespace zero

@@ -125,6 +125,17 @@ TEST(FilesFromElsewhere, TokenIdsAreCheckedBeforeTheyAreUsed) {
   expect_error("added id 2^32+1", [&] { zero::text::Tokenizer::load(added); },
                "added_tokens[0].id: 4294967297 is not in [0,");
   EXPECT_NO_THROW(zero::text::Tokenizer::load(tokenizer_with("1", "2")));
+  // A field of the wrong type is an error naming its key, not nlohmann's "type must be boolean".
+  const fs::path typed = dir / "typed.json";
+  write(typed, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "byte_fallback": "yes"}})");
+  expect_error("byte_fallback a string", [&] { zero::text::Tokenizer::load(typed.string()); },
+               "model.byte_fallback: has the wrong type (\"yes\")");
+  write(typed, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[1, 2]]}})");
+  expect_error("a merge of numbers", [&] { zero::text::Tokenizer::load(typed.string()); }, "model.merges[0]: expected");
+  write(typed, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "added_tokens": [{"id": 1, "content": "<s>", "special": 1}]})");
+  expect_error("special a number", [&] { zero::text::Tokenizer::load(typed.string()); },
+               "added_tokens[0].special: has the wrong type (1)");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
