@@ -9,8 +9,8 @@
 #include <regex>
 #include <sstream>
 
-#include "zero/error.h"
 #include "util/json_from_file.h"
+#include "zero/error.h"
 
 namespace zero::finetune {
 
@@ -53,35 +53,34 @@ std::string python_dict(const nlohmann::ordered_json& logs) {
 }
 
 void write_trainer_state(const TrainerState& s, const std::string& path) {
-  nlohmann::json state = {
-      {"best_global_step", nullptr},
-      {"best_metric", nullptr},
-      {"best_model_checkpoint", nullptr},
-      {"epoch", s.epoch},
-      {"eval_steps", s.eval_steps},
-      {"global_step", s.global_step},
-      {"is_hyper_param_search", false},
-      {"is_local_process_zero", true},
-      {"is_world_process_zero", true},
-      {"log_history", s.log_history},
-      {"logging_steps", s.logging_steps},
-      {"max_steps", s.max_steps},
-      {"num_input_tokens_seen", 0},
-      {"num_train_epochs", s.num_train_epochs},
-      {"save_steps", s.save_steps},
-      {"stateful_callbacks",
-       {{"TrainerControl",
-         {{"args",
-           {{"should_epoch_stop", false},
-            {"should_evaluate", false},
-            {"should_log", false},
-            {"should_save", true},
-            {"should_training_stop", s.global_step >= s.max_steps}}},
-          {"attributes", nlohmann::json::object()}}}}},
-      {"total_flos", 0.0},
-      {"train_batch_size", s.train_batch_size},
-      {"trial_name", nullptr},
-      {"trial_params", nullptr}};
+  nlohmann::json state = {{"best_global_step", nullptr},
+                          {"best_metric", nullptr},
+                          {"best_model_checkpoint", nullptr},
+                          {"epoch", s.epoch},
+                          {"eval_steps", s.eval_steps},
+                          {"global_step", s.global_step},
+                          {"is_hyper_param_search", false},
+                          {"is_local_process_zero", true},
+                          {"is_world_process_zero", true},
+                          {"log_history", s.log_history},
+                          {"logging_steps", s.logging_steps},
+                          {"max_steps", s.max_steps},
+                          {"num_input_tokens_seen", 0},
+                          {"num_train_epochs", s.num_train_epochs},
+                          {"save_steps", s.save_steps},
+                          {"stateful_callbacks",
+                           {{"TrainerControl",
+                             {{"args",
+                               {{"should_epoch_stop", false},
+                                {"should_evaluate", false},
+                                {"should_log", false},
+                                {"should_save", true},
+                                {"should_training_stop", s.global_step >= s.max_steps}}},
+                              {"attributes", nlohmann::json::object()}}}}},
+                          {"total_flos", 0.0},
+                          {"train_batch_size", s.train_batch_size},
+                          {"trial_name", nullptr},
+                          {"trial_params", nullptr}};
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
@@ -100,8 +99,8 @@ TrainerState read_trainer_state(const std::string& path) {
   try {
     j = parse_json_from(in, path);
     TrainerState s;
-    s.global_step = j.at("global_step").get<int64_t>();
-    s.max_steps = j.at("max_steps").get<int64_t>();
+    s.global_step = json_required<int64_t>(j, "global_step", path + ": ");
+    s.max_steps = json_required<int64_t>(j, "max_steps", path + ": ");
     s.epoch = j.at("epoch").get<double>();
     s.log_history = j.at("log_history");
     return s;
@@ -117,7 +116,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   for (const auto& entry : fs::directory_iterator(output_dir)) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (entry.is_directory() && std::regex_match(file, m, name)) found.emplace_back(std::stoll(m[1]), entry.path().string());
+    if (entry.is_directory() && std::regex_match(file, m, name))
+      found.emplace_back(std::stoll(m[1]), entry.path().string());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -128,9 +128,8 @@ std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64
   if (limit <= 0) return removed;
   auto checkpoints = list_checkpoints(output_dir);
   // The one to keep counts as the newest.
-  const auto kept = std::find_if(checkpoints.begin(), checkpoints.end(), [&](const auto& c) {
-    return !keep.empty() && fs::equivalent(c.second, keep);
-  });
+  const auto kept = std::find_if(checkpoints.begin(), checkpoints.end(),
+                                 [&](const auto& c) { return !keep.empty() && fs::equivalent(c.second, keep); });
   if (kept != checkpoints.end()) std::rotate(kept, kept + 1, checkpoints.end());
   for (size_t i = 0; i + static_cast<size_t>(limit) < checkpoints.size(); ++i) {
     fs::remove_all(checkpoints[i].second);

@@ -98,12 +98,7 @@ class Fields {
   template <class T>
   T get(const std::string& key, T fallback) {
     read_.insert(key);
-    if (!j_.contains(key) || j_[key].is_null()) return fallback;
-    try {
-      return j_[key].get<T>();
-    } catch (const json::exception&) {
-      refuse(origin_, key, "has the wrong type (" + j_[key].dump() + ")");
-    }
+    return json_field(j_, key, fallback, origin_ + ": ");
   }
   // Asking counts as reading: a field set to null is then accepted as absent.
   bool has(const std::string& key) {

@@ -13,8 +13,8 @@
 #include <set>
 
 #include "checkpoint/files.h"
-#include "zero/error.h"
 #include "util/json_from_file.h"
+#include "zero/error.h"
 
 namespace zero::checkpoint {
 namespace {
@@ -36,8 +36,8 @@ int64_t SafetensorsTensor::numel() const {
 }
 
 int safetensors_dtype_size(const std::string& dtype) {
-  static const std::map<std::string, int> sizes = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-                                                   {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
+  static const std::map<std::string, int> sizes = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2},    {"I64", 8},
+                                                   {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},      {"BOOL", 1},
                                                    {"U16", 2}, {"U32", 4}, {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   const auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
@@ -67,7 +67,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | bytes[i];  // little-endian
   if (header_bytes > kMaxHeaderBytes || header_bytes > map_bytes_ - 8) {
     bad_file(path, "bad header: its length field says " + std::to_string(header_bytes) + " bytes, the file has " +
-                   std::to_string(map_bytes_ - 8) + " after it (truncated or not safetensors)");
+                       std::to_string(map_bytes_ - 8) + " after it (truncated or not safetensors)");
   }
   data_offset_ = 8 + header_bytes;
   nlohmann::json header;
@@ -92,8 +92,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     t.name = name;
     try {
       t.dtype = entry.at("dtype").get<std::string>();
-      t.shape = entry.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
+      // Integers in range, or an error (nlohmann converts a double out of range: undefined).
+      if (!json_to(entry.at("shape"), t.shape)) bad_file(path, "shape is not a list of integers", name);
+      std::vector<uint64_t> offsets;
+      if (!json_to(entry.at("data_offsets"), offsets)) bad_file(path, "data_offsets is not a list of integers", name);
       if (offsets.size() != 2) bad_file(path, "data_offsets must be [begin, end]", name);
       t.begin = offsets[0];
       t.end = offsets[1];
@@ -106,15 +108,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (d < 0) bad_file(path, "negative dimension in its shape", name);
     if (t.end < t.begin || t.end - t.begin != static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(element)) {
       bad_file(path,
-           "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + ") do not hold " +
-               std::to_string(t.numel()) + " elements of " + t.dtype,
-           name);
+               "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + ") do not hold " +
+                   std::to_string(t.numel()) + " elements of " + t.dtype,
+               name);
     }
     if (t.end > data_bytes) {
       bad_file(path,
-           "truncated: its data ends at byte " + std::to_string(t.end) + " of the data section, which has " +
-               std::to_string(data_bytes),
-           name);
+               "truncated: its data ends at byte " + std::to_string(t.end) + " of the data section, which has " +
+                   std::to_string(data_bytes),
+               name);
     }
     tensors_.push_back(std::move(t));
   }
@@ -130,7 +132,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   }
   if (next != data_bytes) {
     bad_file(path, "bad header: the tensors cover " + std::to_string(next) + " bytes of a data section of " +
-                   std::to_string(data_bytes));
+                       std::to_string(data_bytes));
   }
   for (size_t i = 0; i < tensors_.size(); ++i) by_name_[tensors_[i].name] = i;
 }
@@ -177,17 +179,20 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) : dir_(dir) {
         bad_file(index_path.string(), "weight_map." + name + " names " + f + ", not a file beside the index");
       if (!file_index.contains(f)) {
         const fs::path shard = fs::path(dir) / f;
-        if (!fs::exists(shard)) bad_file(index_path.string(), "weight_map names a missing shard " + shard.string(), name);
+        if (!fs::exists(shard))
+          bad_file(index_path.string(), "weight_map names a missing shard " + shard.string(), name);
         file_index[f] = files_.size();
         files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
       }
       const size_t i = file_index[f];
-      if (!files_[i]->find(name)) bad_file(files_[i]->path(), "the index maps it here, but the file does not hold it", name);
+      if (!files_[i]->find(name))
+        bad_file(files_[i]->path(), "the index maps it here, but the file does not hold it", name);
       file_of_[name] = i;
     }
     for (const auto& file : files_) {
       for (const auto& t : file->tensors()) {
-        if (!file_of_.contains(t.name)) bad_file(file->path(), "in the shard but not in " + index_path.string(), t.name);
+        if (!file_of_.contains(t.name))
+          bad_file(file->path(), "in the shard but not in " + index_path.string(), t.name);
         if (file_of_[t.name] != static_cast<size_t>(&file - files_.data()))
           bad_file(file->path(), "also in another shard than the one the index names", t.name);
       }
@@ -197,8 +202,9 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) : dir_(dir) {
     files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
     for (const auto& t : files_.front()->tensors()) file_of_[t.name] = 0;
   } else {
-    bad_file(dir, "no model.safetensors and no model.safetensors.index.json (a .bin / pickle checkpoint is not read: "
-              "convert it to safetensors)");
+    bad_file(dir,
+             "no model.safetensors and no model.safetensors.index.json (a .bin / pickle checkpoint is not read: "
+             "convert it to safetensors)");
   }
 }
 

@@ -74,33 +74,35 @@ TEST(FilesFromElsewhere, DeepNestingInEveryJsonReaderIsAnError) {
 
   const fs::path config = dir / "config.json";
   write(config, deep);
-  expect_error("config.json", [&] { zero::llama::read_llama_config(config.string()); }, config.string() + too_deep);
+  expect_error(
+      "config.json", [&] { zero::llama::read_llama_config(config.string()); }, config.string() + too_deep);
 
   const fs::path tokenizer = dir / "tokenizer.json";
   write(tokenizer, "{\"model\": {\"type\": \"BPE\"}, \"pre_tokenizer\": " +
                        nested("{\"type\": \"Sequence\", \"pretokenizers\": [", "]}") + "}");
-  expect_error("tokenizer.json", [&] { zero::text::Tokenizer::load(tokenizer.string()); },
-               tokenizer.string() + too_deep);
+  expect_error(
+      "tokenizer.json", [&] { zero::text::Tokenizer::load(tokenizer.string()); }, tokenizer.string() + too_deep);
 
   const fs::path shard = dir / "model.safetensors";
   const std::string header = "{\"__metadata__\": " + nested("[", "]") + "}";
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
   write(shard, bytes + header);
-  expect_error("safetensors header", [&] { zero::checkpoint::SafetensorsFile file(shard.string()); },
-               shard.string() + too_deep);
+  expect_error(
+      "safetensors header", [&] { zero::checkpoint::SafetensorsFile file(shard.string()); }, shard.string() + too_deep);
 
   const fs::path state = dir / "trainer_state.json";
   write(state, deep);
-  expect_error("trainer_state.json", [&] { zero::finetune::read_trainer_state(state.string()); },
-               state.string() + too_deep);
+  expect_error(
+      "trainer_state.json", [&] { zero::finetune::read_trainer_state(state.string()); }, state.string() + too_deep);
 
   fs::create_directories(dir / "ckpt" / "global_step1");
   write(dir / "ckpt" / "latest", "global_step1");
   const fs::path manifest = dir / "ckpt" / "global_step1" / "manifest.json";
   write(manifest, "{\"format\": \"zerocpp-checkpoint\", \"version\": 1, \"client_state\": " + nested("[", "]") + "}");
-  expect_error("checkpoint manifest", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
-               manifest.string() + too_deep);
+  expect_error(
+      "checkpoint manifest", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
+      manifest.string() + too_deep);
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
@@ -117,25 +119,30 @@ TEST(FilesFromElsewhere, TokenIdsAreCheckedBeforeTheyAreUsed) {
     return file.string();
   };
   const std::string big = tokenizer_with("100000000", "2");
-  expect_error("vocab id 1e8", [&] { zero::text::Tokenizer::load(big); },
-               "tokenizer.json: model.vocab[\"b\"]: id 100000000 is not in [0, 1048578)");
+  expect_error(
+      "vocab id 1e8", [&] { zero::text::Tokenizer::load(big); },
+      "tokenizer.json: model.vocab[\"b\"]: id 100000000 is not in [0, 1048578)");
   const std::string wraps = tokenizer_with("1099511627777", "2");
-  expect_error("vocab id 2^40+1", [&] { zero::text::Tokenizer::load(wraps); }, "id 1099511627777 is not in [0,");
+  expect_error(
+      "vocab id 2^40+1", [&] { zero::text::Tokenizer::load(wraps); }, "id 1099511627777 is not in [0,");
   const std::string added = tokenizer_with("1", "4294967297");
-  expect_error("added id 2^32+1", [&] { zero::text::Tokenizer::load(added); },
-               "added_tokens[0].id: 4294967297 is not in [0,");
+  expect_error(
+      "added id 2^32+1", [&] { zero::text::Tokenizer::load(added); }, "added_tokens[0].id: 4294967297 is not in [0,");
   EXPECT_NO_THROW(zero::text::Tokenizer::load(tokenizer_with("1", "2")));
   // A field of the wrong type is an error naming its key, not nlohmann's "type must be boolean".
   const fs::path typed = dir / "typed.json";
   write(typed, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "byte_fallback": "yes"}})");
-  expect_error("byte_fallback a string", [&] { zero::text::Tokenizer::load(typed.string()); },
-               "model.byte_fallback: has the wrong type (\"yes\")");
+  expect_error(
+      "byte_fallback a string", [&] { zero::text::Tokenizer::load(typed.string()); },
+      "model.byte_fallback: has the wrong type (\"yes\")");
   write(typed, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [[1, 2]]}})");
-  expect_error("a merge of numbers", [&] { zero::text::Tokenizer::load(typed.string()); }, "model.merges[0]: expected");
+  expect_error(
+      "a merge of numbers", [&] { zero::text::Tokenizer::load(typed.string()); }, "model.merges[0]: expected");
   write(typed, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
       "added_tokens": [{"id": 1, "content": "<s>", "special": 1}]})");
-  expect_error("special a number", [&] { zero::text::Tokenizer::load(typed.string()); },
-               "added_tokens[0].special: has the wrong type (1)");
+  expect_error(
+      "special a number", [&] { zero::text::Tokenizer::load(typed.string()); },
+      "added_tokens[0].special: has the wrong type (1)");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
@@ -146,16 +153,30 @@ TEST(FilesFromElsewhere, ModelConfigSizesAreBounded) {
   const fs::path config = dir / "config.json";
   write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 16,
       "intermediate_size": 32, "num_hidden_layers": 100000000, "num_attention_heads": 2, "num_key_value_heads": 1})");
-  expect_error("num_hidden_layers 1e8", [&] { zero::llama::read_llama_config(config.string()); },
-               "num_hidden_layers: 100000000 is more than 4096");
+  expect_error(
+      "num_hidden_layers 1e8", [&] { zero::llama::read_llama_config(config.string()); },
+      "num_hidden_layers: 100000000 is more than 4096");
   // Found by the config.json fuzzer (fuzz/seeds/model_config/finding-dtype-false.json): a field of
   // the wrong type, top level or nested, is an error naming it.
   write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "dtype": false})");
-  expect_error("dtype false", [&] { zero::llama::read_llama_config(config.string()); }, "dtype: has the wrong type");
+  expect_error(
+      "dtype false", [&] { zero::llama::read_llama_config(config.string()); }, "dtype: has the wrong type");
   write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
       "rope_scaling": {"rope_type": "llama3", "factor": "8"}})");
-  expect_error("rope_scaling.factor a string", [&] { zero::llama::read_llama_config(config.string()); },
-               "rope_scaling.factor: has the wrong type");
+  expect_error(
+      "rope_scaling.factor a string", [&] { zero::llama::read_llama_config(config.string()); },
+      "rope_scaling.factor: has the wrong type");
+  // The second finding (finding-vocab-size-2e21.json): a number past int64's range was converted
+  // to it (undefined behaviour); it is the wrong type now, as is a fraction.
+  write(config,
+        R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 2222222222222222249152})");
+  expect_error(
+      "vocab_size 2.2e21", [&] { zero::llama::read_llama_config(config.string()); },
+      "vocab_size: has the wrong type (2.2222222222222222e+21)");
+  write(config, R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64.5})");
+  expect_error(
+      "hidden_size 64.5", [&] { zero::llama::read_llama_config(config.string()); },
+      "hidden_size: has the wrong type (64.5)");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
@@ -165,31 +186,36 @@ TEST(FilesFromElsewhere, DevicesAndFifosAreNotRegularFiles) {
   // A config.json linked to /dev/zero (which never ends), and a FIFO (whose open blocks).
   const fs::path config = dir / "config.json";
   fs::create_symlink("/dev/zero", config);
-  expect_error("config.json -> /dev/zero", [&] { zero::llama::read_llama_config(config.string()); },
-               config.string() + ": is a device, not a regular file");
+  expect_error(
+      "config.json -> /dev/zero", [&] { zero::llama::read_llama_config(config.string()); },
+      config.string() + ": is a device, not a regular file");
   fs::remove(config);
   ASSERT_EQ(mkfifo(config.c_str(), 0600), 0);
-  expect_error("config.json a FIFO", [&] { zero::llama::read_llama_config(config.string()); },
-               config.string() + ": is a FIFO, not a regular file");
+  expect_error(
+      "config.json a FIFO", [&] { zero::llama::read_llama_config(config.string()); },
+      config.string() + ": is a FIFO, not a regular file");
 
   fs::create_directories(dir / "ckpt" / "t");
   write(dir / "ckpt" / "latest", "t");
   ASSERT_EQ(mkfifo((dir / "ckpt" / "t" / "manifest.json").c_str(), 0600), 0);
-  expect_error("manifest a FIFO", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
-               "manifest.json: is a FIFO, not a regular file");
+  expect_error(
+      "manifest a FIFO", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
+      "manifest.json: is a FIFO, not a regular file");
 
   const fs::path hosts = dir / "hostfile";
   ASSERT_EQ(mkfifo(hosts.c_str(), 0600), 0);
-  expect_error("hostfile a FIFO", [&] { zero::launch::read_hostfile(hosts.string()); },
-               "the hostfile " + hosts.string() + " is not a regular file");
+  expect_error(
+      "hostfile a FIFO", [&] { zero::launch::read_hostfile(hosts.string()); },
+      "the hostfile " + hosts.string() + " is not a regular file");
 
   // A text file larger than a text file of these formats may be (64 MiB): refused as it is read,
   // not held whole. (A sparse file: no disk is used.)
   const fs::path huge = dir / "huge.json";
   { std::ofstream(huge) << "{"; }
   fs::resize_file(huge, (uint64_t{64} << 20) + 1);
-  expect_error("a config.json over 64 MiB", [&] { zero::llama::read_llama_config(huge.string()); },
-               huge.string() + ": larger than 67108864 bytes");
+  expect_error(
+      "a config.json over 64 MiB", [&] { zero::llama::read_llama_config(huge.string()); },
+      huge.string() + ": larger than 67108864 bytes");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
@@ -250,7 +276,8 @@ TEST(FilesFromElsewhere, LongInputsTakeTimeInProportion) {
   added += "]";
   const fs::path many = dir / "tokenizer.json";
   write(many, R"({"model": {"type": "BPE", "vocab": {"<": 0, "t": 1, ">": 2, "0": 3, "1": 4, "2": 5, "3": 6,
-      "4": 7, "5": 8, "6": 9, "7": 10, "8": 11, "9": 12}, "merges": []}, "added_tokens": )" + added + "}");
+      "4": 7, "5": 8, "6": 9, "7": 10, "8": 11, "9": 12}, "merges": []}, "added_tokens": )" +
+                  added + "}");
   const zero::text::Tokenizer tokenizer = zero::text::Tokenizer::load(many.string());
   std::string text;
   int64_t units = 0;
@@ -273,7 +300,8 @@ TEST(FilesFromElsewhere, LongInputsTakeTimeInProportion) {
   const zero::text::Tokenizer split = zero::text::Tokenizer::load(backtracks.string());
   EXPECT_EQ(split.encode("aab", false).size(), 3u);
   const std::string as(10'000'000, 'a');
-  expect_error("a*b|a over 10 MB", [&] { split.encode(as, false); }, "a*b|a");
+  expect_error(
+      "a*b|a over 10 MB", [&] { split.encode(as, false); }, "a*b|a");
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
   fs::remove_all(dir);
 }
