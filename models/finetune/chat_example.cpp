@@ -104,7 +104,7 @@ std::optional<Example> ChatRenderer::from_one_render(const json& messages, const
   std::vector<size_t> assistants;
   for (size_t i = 0; i < messages.size(); ++i)
     if (messages[i]["role"] == "assistant") assistants.push_back(i);
-  if (written.ambiguous || written.spans.size() != messages.size()) return std::nullopt;
+  if (written.ambiguous) return std::nullopt;
   size_t previous_end = 0;
   for (size_t i : assistants) {
     const auto [begin, end] = written.spans[i];
