@@ -204,6 +204,7 @@ std::vector<std::string> unhonoured_settings(const Config& c, bool on_gpu) {
 
 Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups) {
   check_config(config, world);
+  optim::limit_simd(std::getenv("ZERO_SIMD"));  // before the first kernel runs
   // The model trains where its parameters are (moved there before the engine is built, as
   // DeepSpeed's engine finds the model on its device); the engine's buffers follow them.
   const at::Device device = model_device(model);

@@ -138,6 +138,10 @@ HWY_AFTER_NAMESPACE();
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "zero/error.h"
 
 namespace zero::optim {
 
@@ -188,6 +192,14 @@ void lion_update(float* params, const float* grads, float* m, int64_t n, const L
 }
 
 double sum_of_squares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquares)(x, n); }
+
+void limit_simd(const char* target) {
+  if (target == nullptr || *target == '\0' || std::strcmp(target, "auto") == 0) return;
+  if (std::strcmp(target, "avx2") != 0)
+    throw Error(std::string("ZERO_SIMD=") + target + ": expected auto or avx2", "ZERO_SIMD");
+  // Highway's targets are bits, better ones lower: every target above AVX2 goes.
+  hwy::DisableTargets(HWY_AVX2 - 1);
+}
 
 }  // namespace zero::optim
 #endif

@@ -51,4 +51,11 @@ void lion_update(float* params, const float* grads, float* m, int64_t n, const L
 // float's square cannot overflow a double sum of fewer than 2^900 terms): the fp16 overflow check.
 double sum_of_squares(const float* x, int64_t n);
 
+// ZERO_SIMD: "avx2" caps these kernels at AVX2 on a machine with AVX-512 (the sum of squares
+// adds in as many lanes as a vector holds, so its bits follow the target). With LibTorch's
+// ATEN_CPU_CAPABILITY=avx2 and OpenBLAS's OPENBLAS_CORETYPE=Haswell, every x86-64 machine with
+// AVX2 then trains to the same bits (tests/golden). Null, "" or "auto": the machine's best.
+// Anything else: zero::Error naming ZERO_SIMD.
+void limit_simd(const char* target);
+
 }  // namespace zero::optim
