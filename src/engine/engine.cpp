@@ -18,7 +18,7 @@
 #include "engine/compute_choice.h"
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
-#include "engine/grad_reducer.h"
+#include "engine/bucket.h"
 #include "engine/partition.h"
 #include "engine/partitioned_init.h"
 #include "optim/cpu_kernels.h"
@@ -33,7 +33,7 @@
 namespace zero {
 namespace {
 
-// How the stage's gradients are kept and reduced (gradient_strategy.h).
+// How the stage's gradients are kept and reduced (bucket.h).
 engine::ReducerOptions reducer_options(const Config& config) {
   engine::ReducerOptions o;
   o.gradients = config.zero.stage >= 2 ? engine::ReducerOptions::Gradients::kStreamedIntoShards
@@ -44,6 +44,7 @@ engine::ReducerOptions reducer_options(const Config& config) {
   o.predivide_factor = config.gradient_predivide_factor;
   o.reduce_scatter = config.zero.reduce_scatter;
   o.quantize_bits = config.zero.zero_quantized_gradients ? 4 : 0;  // DeepSpeed's qgZ: int4 both hops
+  o.allgather_bucket_size = config.zero.allgather_bucket_size;
   switch (config.communication_data_type) {
     case CommDType::kFp32:
       o.wire_dtype = at::kFloat;
@@ -300,26 +301,24 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   // them; otherwise they live beside the parameters.
   const bool optimizer_on_host = config.zero.offload_optimizer.device != OffloadDevice::kNone;
   s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, s.flat->layout().owned_shard(world.rank()),
-                                                    config.zero.stage >= 2, config.zero.allgather_bucket_size,
-                                                    swap_options(config, world.rank()),
+                                                    config.zero.stage >= 2, swap_options(config, world.rank()),
                                                     optimizer_on_host ? at::Device(at::kCPU) : device);
-  s.reducer = std::make_unique<engine::GradReducer>(*s.flat, s.comm, reducer_options(config),
+  s.buckets = std::make_unique<engine::BucketGroup>(*s.flat, s.comm, reducer_options(config),
                                                     s.partition->gradient_home());
   if (stage3) {
     s.stage3 = std::make_unique<engine::Stage3>(
-        *s.flat, s.comm, world.rank(), std::move(units),
+        *s.buckets, std::move(units),
         engine::Stage3Limits{.prefetch_bucket = config.zero.stage3_prefetch_bucket_size,
                              .max_live = config.zero.stage3_max_live_parameters,
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance},
         param_swap_options(config, world.rank()), stage3_zeropp(config, s.comm, world));
-    s.reducer->on_bucket_complete = [stage3 = s.stage3.get()](int b) { stage3->on_bucket_complete(b); };
   }
   s.telemetry = std::make_unique<engine::Telemetry>(s.config, world, *s.stats);  // the engine's own copy: it outlives the caller's
   comm_detail::WatchdogOptions watch =
       comm_detail::watchdog_options(config.watchdog.timeout_seconds, config.watchdog.warning_seconds);
   watch.on_wait = [telemetry = s.telemetry.get()](double seconds) { telemetry->on_wait(seconds); };
   s.watchdog = comm_detail::Watchdog::start(world, watch);
-  s.partition->make_master(s.stage3.get());
+  s.partition->make_master(*s.buckets);
   s.partition->make_optimizer(config.optimizer, groups, config.zero.sub_group_size, world.rank());
   const bool offloading = config.zero.offload_optimizer.device != OffloadDevice::kNone ||
                           config.zero.offload_param.device != OffloadDevice::kNone;
@@ -409,7 +408,7 @@ void Engine::backward(const at::Tensor& loss) {
   if (s.telemetry->wants_loss()) s.telemetry->record_loss(loss.item<double>());
   {
     auto timed = s.telemetry->time(engine::Phase::kBackward);
-    s.reducer->begin_backward(!s.no_sync && (s.config.zero.stage >= 2 || boundary));
+    s.buckets->begin_backward(!s.no_sync && (s.config.zero.stage >= 2 || boundary));
     {
       auto inner = s.telemetry->time(engine::Phase::kBackwardInner);
       // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
@@ -417,9 +416,9 @@ void Engine::backward(const at::Tensor& loss) {
     }
     {
       auto reduce = s.telemetry->time(engine::Phase::kBackwardReduce);
-      s.reducer->end_backward();
+      s.buckets->end_backward();
     }
-    if (s.stage3) s.stage3->release_all();  // units whose output never reached the loss
+    if (s.stage3) s.buckets->release_all();  // units whose output never reached the loss
   }
   if (prints_memory(*this, s.config)) s.telemetry->memory_line("backward", s.global_steps + 1, memory_report());
 }
@@ -459,13 +458,13 @@ void Engine::apply_step() {
   State& s = *state_;
   if (s.stage3) {
     s.stage3->verify_order(s.param_names);  // before anything is applied
-    s.stage3->forget_secondaries();         // hpZ: they hold the weights being replaced
+    s.buckets->forget_secondaries();        // hpZ: they hold the weights being replaced
   }
   // Summed over ranks; on the optimizer's device (the host under ZeRO-Offload: one copy down).
   // (Undefined when they are on NVMe: the partition streams them.)
-  at::Tensor grads = s.reducer->owned_gradients();
+  at::Tensor grads = s.buckets->owned_gradients();
   if (grads.defined()) grads = grads.to(s.partition->state_device());
-  const double average = s.reducer->averaging_factor();
+  const double average = s.buckets->averaging_factor();
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
   // sub_group_size elements (DeepSpeed's unit of the step). It is not finite exactly when some
   // gradient is not: the fp16 overflow check reads it too.
@@ -479,7 +478,7 @@ void Engine::apply_step() {
       s.scaler.update(true);
       ++s.skipped_steps;
       s.step_applied = false;
-      s.reducer->zero();
+      s.buckets->zero();
       return;
     }
   }
@@ -512,14 +511,14 @@ void Engine::apply_step() {
   }
   s.schedule.step();
   s.scaler.update(false);
-  s.reducer->zero();
+  s.buckets->zero();
   ++s.applied_steps;
   s.step_applied = true;
 }
 
-void Engine::zero_grad() { state_->reducer->zero(); }
+void Engine::zero_grad() { state_->buckets->zero(); }
 void Engine::gather_parameters() {
-  if (state_->stage3) state_->stage3->gather_all();
+  if (state_->stage3) state_->buckets->gather_all();
 }
 void Engine::train() { state_->model->train(true); }
 void Engine::eval() { state_->model->eval(); }
@@ -552,23 +551,23 @@ const std::vector<std::string>& Engine::warnings() const { return state_->warnin
 
 SwapTraffic Engine::swap_traffic() const {
   const State& s = *state_;
-  return {.bytes_read = s.partition->swap_bytes_read() + (s.stage3 ? s.stage3->shard_bytes_read() : 0),
-          .bytes_written = s.partition->swap_bytes_written() + (s.stage3 ? s.stage3->shard_bytes_written() : 0)};
+  return {.bytes_read = s.partition->swap_bytes_read() + s.buckets->shard_bytes_read(),
+          .bytes_written = s.partition->swap_bytes_written() + s.buckets->shard_bytes_written()};
 }
 
 MemoryReport Engine::memory_report() const {
   const State& s = *state_;
   MemoryReport r;
-  r.parameters = s.flat->bytes() + s.flat->spare_bytes() + (s.stage3 ? s.stage3->owned_bytes() : 0);
-  r.gradients = s.reducer->gradient_bytes();
+  r.parameters = s.flat->bytes() + s.flat->spare_bytes() + s.buckets->shard_bytes();
+  r.gradients = s.buckets->gradient_bytes();
   r.master_weights = s.partition->master_bytes();
   r.optimizer_state = s.partition->state_bytes();
-  r.swap_buffers = s.partition->swap_buffer_bytes() + (s.stage3 ? s.stage3->shard_spare_bytes() : 0);
-  r.on_nvme = s.partition->swap_file_bytes() + (s.stage3 ? s.stage3->shard_file_bytes() : 0);
-  r.buckets = s.reducer->bucket_bytes();
+  r.swap_buffers = s.partition->swap_buffer_bytes() + s.buckets->shard_spare_bytes();
+  r.on_nvme = s.partition->swap_file_bytes() + s.buckets->shard_file_bytes();
+  r.buckets = s.buckets->staging_bytes();
   r.padding_elements = s.flat->layout().padding();
-  r.gathered_peak = s.stage3 ? s.stage3->gathered_peak() : 0;
-  r.secondary_partition = s.stage3 ? s.stage3->secondary_bytes() : 0;
+  r.gathered_peak = s.buckets->gathered_peak_bytes();
+  r.secondary_partition = s.buckets->secondary_bytes();
   r.gather_buffers = s.flat->spare_bytes();
   return r;
 }

@@ -277,8 +277,8 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   engine::agree(s.comm, error, rank, "load_checkpoint");
   const json& m = reader->manifest();
   s.partition->sync_parameters(/*master_changed=*/true);
-  if (s.stage3) s.stage3->forget_secondaries();  // hpZ: they hold the weights before the load
-  s.reducer->zero();
+  s.buckets->forget_secondaries();  // hpZ: they hold the weights before the load
+  s.buckets->zero();
   if (!options.load_module_only) {
     const json& c = m.at("counters");
     s.global_steps = c.at("global_steps");

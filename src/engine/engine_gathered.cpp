@@ -40,7 +40,7 @@ Engine::GatheredParameters::~GatheredParameters() {
       s.partition->take_parameters(b);
     }
   }
-  if (s.stage3) s.stage3->release_all();
+  if (s.stage3) s.buckets->release_all();
 }
 
 }  // namespace zero
@@ -94,13 +94,13 @@ void Engine::visit_whole_parameters(const std::function<void(size_t, const at::T
   const auto& layout = s.flat->layout();
   size_t index = 0;
   for (size_t i = 0; i < layout.buckets().size(); ++i) {
-    if (s.stage3) s.stage3->gather(static_cast<int>(i));  // collective: every rank, even if one failed
+    if (s.stage3) s.buckets->bucket(static_cast<int>(i)).gather();  // collective: every rank, even if one failed
     attempt([&] {
       size_t k = index;
       for (int p : layout.buckets()[i].params) fn(k++, s.flat->params()[static_cast<size_t>(p)].contiguous());
     });
     index += layout.buckets()[i].params.size();
-    if (s.stage3) s.stage3->release_all();
+    if (s.stage3) s.buckets->release_all();
   }
   if (finish) attempt(finish);
   engine::agree(s.comm, error, rank, what);

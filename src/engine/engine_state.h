@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/bucket.h"
 #include "engine/flat_params.h"
-#include "engine/grad_reducer.h"
 #include "engine/partition.h"
 #include "engine/stage3.h"
 #include "engine/telemetry.h"
@@ -29,8 +29,9 @@ struct Engine::State {
   std::unique_ptr<Communicator> device_comm;
   CountingCommunicator comm;
   std::unique_ptr<engine::FlatParams> flat;
-  std::unique_ptr<engine::GradReducer> reducer;
-  std::unique_ptr<engine::Stage3> stage3;  // stage 3 only; destroyed first (it detaches the units)
+  // The buckets of flat's layout: gradient hooks, reductions, stage 3's shards (bucket.h).
+  std::unique_ptr<engine::BucketGroup> buckets;
+  std::unique_ptr<engine::Stage3> stage3;  // stage 3's schedule; goes before the buckets (it detaches the units)
   // What this rank owns of every bucket: master, moments, gradient accumulator (partition.h).
   std::unique_ptr<engine::Partition> partition;
   LrSchedule schedule;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "engine/stage3.h"
 #include "optim/cpu_kernels.h"
 #include "zero/allocator.h"
 #include "zero/error.h"
@@ -57,12 +56,11 @@ std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const
 }  // namespace
 
 Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
-                     int64_t allgather_bucket_size, std::optional<SwapOptions> swap, at::Device state_device)
+                     std::optional<SwapOptions> swap, at::Device state_device)
     : flat_(flat),
       comm_(comm),
       owner_rank_(owner_rank),
       state_device_(state_device),
-      allgather_bucket_size_(allgather_bucket_size),
       swap_options_(std::move(swap)) {
   if (swap_options_) homes_.master = homes_.moments = Memory::kNvme;
   if (accumulate_gradients && swap_options_) {
@@ -86,14 +84,10 @@ GradientHome Partition::gradient_home() {
   return home;
 }
 
-at::Tensor Partition::owned_parameters(int b) const {
-  return stage3_ && !stage3_->is_root(b) ? stage3_->shard(b) : flat_.shard(flat_.buffer(b), b, owner_rank_);
-}
-
 Partition::~Partition() = default;
 
-void Partition::make_master(Stage3* stage3) {
-  stage3_ = stage3;
+void Partition::make_master(BucketGroup& group) {
+  buckets_ = &group;
   // On NVMe the master is written out tile by tile (make_optimizer), never whole in memory.
   if (swap_options_) return;
   const bool same_device = state_device_ == flat_.device();
@@ -104,16 +98,16 @@ void Partition::make_master(Stage3* stage3) {
     master_is_params_ = true;
     return;
   }
-  const auto& buckets = flat_.layout().buckets();
   std::vector<at::Tensor> shards;
-  for (size_t i = 0; i < buckets.size(); ++i) shards.push_back(owned_parameters(static_cast<int>(i)));
+  for (int b = 0; b < buckets_->size(); ++b) shards.push_back(buckets_->bucket(b).owned_parameters());
   master_ = at::cat(shards).to(state_device_, at::kFloat);
-  if (stage3_ && flat_.dtype() == at::kFloat && !swap_options_ && !stage3_->shards_swapped() && same_device) {
+  if (buckets_->sharded() && flat_.dtype() == at::kFloat && !swap_options_ && !buckets_->shards_swapped() &&
+      same_device) {
     // Stage 3, fp32: each unit's persistent shard is its part of the master, not a copy of it
     // (one fp32 copy of the owned parameters less per rank).
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      if (stage3_->is_root(static_cast<int>(b))) continue;
-      stage3_->own_view(static_cast<int>(b), master(static_cast<int>(b)));
+    for (int b = 0; b < buckets_->size(); ++b) {
+      Bucket& bucket = buckets_->bucket(b);
+      if (!bucket.persistent()) bucket.own_view(master(b));
     }
     master_is_shards_ = true;
   }
@@ -156,7 +150,7 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
     at::Tensor shard;
     swap_->write_initial([&](optim::Tile t, const at::Tensor& out) {
       for_each_bucket_in(t, [&](int b, int64_t begin, int64_t end) {
-        if (cached != b) shard = owned_parameters(cached = b);
+        if (cached != b) shard = buckets_->bucket(cached = b).owned_parameters();
         const int64_t base = flat_.layout().buckets()[static_cast<size_t>(b)].owned_offset;
         out.narrow(0, begin - t.offset, end - begin).copy_(shard.narrow(0, begin - base, end - begin));
       });
@@ -216,7 +210,8 @@ at::Tensor Partition::parameters16() const {
   if (!swap_) return master_.to(flat_.dtype());
   // On NVMe: the parameters' own owned shards, which the last step (or load) set from the master.
   std::vector<at::Tensor> shards;
-  for (size_t i = 0; i < flat_.layout().buckets().size(); ++i) shards.push_back(owned_parameters(static_cast<int>(i)));
+  for (size_t i = 0; i < flat_.layout().buckets().size(); ++i)
+    shards.push_back(buckets_->bucket(static_cast<int>(i)).owned_parameters());
   return at::cat(shards);
 }
 
@@ -255,81 +250,27 @@ void Partition::for_each_bucket_in(optim::Tile t, const std::function<void(int, 
 }
 
 void Partition::copy_into_parameters(optim::Tile t, const at::Tensor& master_tile) {
-  const auto& buckets = flat_.layout().buckets();
   for_each_bucket_in(t, [&](int b, int64_t begin, int64_t end) {
-    const size_t i = static_cast<size_t>(b);
-    const at::Tensor source = master_tile.narrow(0, begin - t.offset, end - begin);
-    const int64_t at = begin - buckets[i].owned_offset;
-    if (stage3_ && !stage3_->is_root(b)) {  // as sync_parameters does with the whole master
-      if (!stage3_->shards_swapped()) {
-        stage3_->write_shard(b, at, source);
-      } else {
-        // Tiles come in order and cover the owned buffer: the shard completes at its last piece.
-        // (One buffer for every shard, kept: the step would otherwise allocate a shard per unit.)
-        if (pending_shard_.numel() < buckets[i].shard) pending_shard_ = at::empty({buckets[i].shard}, flat_.dtype());
-        pending_shard_.narrow(0, at, end - begin).copy_(source);
-        if (end == buckets[i].owned_offset + buckets[i].shard) {
-          stage3_->write_shard(b, 0, pending_shard_.narrow(0, 0, buckets[i].shard));
-        }
-      }
-      if (flat_.released(b) || stage3_->buffer_views_shard(b)) return;
-    }
-    flat_.shard(flat_.buffer(b), b, owner_rank_).narrow(0, at, end - begin).copy_(source);
+    const int64_t offset = begin - flat_.layout().buckets()[static_cast<size_t>(b)].owned_offset;
+    buckets_->bucket(b).write_owned(offset, master_tile.narrow(0, begin - t.offset, end - begin));
   });
-}
-
-// At most allgather_bucket_size elements per collective: a piece takes the same columns of every
-// rank's shard.
-void Partition::gather_bucket(int b) {
-  const at::Tensor& buffer = flat_.buffer(b);
-  const int n = flat_.layout().world_size();
-  const int64_t shard = flat_.layout().buckets()[static_cast<size_t>(b)].shard;
-  // 0: no limit (DeepSpeed's usual all_gather_into_tensor path ignores the size too).
-  const int64_t columns = allgather_bucket_size_ == 0 ? shard : std::max<int64_t>(1, allgather_bucket_size_ / n);
-  if (columns >= shard) {
-    comm_.all_gather(flat_.shard(buffer, b, owner_rank_), buffer, {.async = false});
-    return;
-  }
-  const at::Tensor rows = buffer.view({n, shard});
-  at::Tensor staging = at::empty({n * columns}, buffer.options());
-  for (int64_t offset = 0; offset < shard; offset += columns) {
-    const int64_t width = std::min(columns, shard - offset);
-    at::Tensor piece = staging.narrow(0, 0, n * width);
-    comm_.all_gather(rows[owner_rank_].narrow(0, offset, width), piece, {.async = false});
-    rows.narrow(1, offset, width).copy_(piece.view({n, width}));
-  }
 }
 
 void Partition::sync_parameters(bool master_changed) {
   if (master_is_params_) return;  // one partition: nothing to copy, no one to gather from
-  const auto& buckets = flat_.layout().buckets();
   if (swap_) {  // the step copied each tile into the parameters already: only the gathers are left
     if (master_changed) {
       swap_->read_state(0, [&](optim::Tile t, const float* master) {
         copy_into_parameters(t, at::from_blob(const_cast<float*>(master), {t.length}, at::kFloat));
       });
     }
-    for (size_t i = 0; i < buckets.size(); ++i) {
-      const int b = static_cast<int>(i);
-      if (stage3_ && !stage3_->is_root(b) && flat_.released(b)) continue;
-      if (flat_.layout().world_size() > 1) gather_bucket(b);
-    }
+    for (int b = 0; b < buckets_->size(); ++b) buckets_->bucket(b).sync_parameters();
     return;
   }
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const int b = static_cast<int>(i);
-    const at::Tensor source = master(b);
-    if (stage3_ && !stage3_->is_root(b)) {
-      // Stage 3 keeps only the shard; the unit's next forward gathers it. (Copied into the
-      // persistent shard tensor, not into any parameter: their version counters stay.)
-      if (!master_is_shards_) stage3_->write_shard(b, 0, source);
-      if (flat_.released(b)) continue;  // else: gathered on request, keep it current
-      // One rank: a whole unit's parameters view this shard, which holds them now.
-      if (stage3_->buffer_views_shard(b)) continue;
-    }
-    const at::Tensor& buffer = flat_.buffer(b);
-    flat_.shard(buffer, b, owner_rank_).copy_(source);
-    if (flat_.layout().world_size() > 1) gather_bucket(b);
+  for (int b = 0; b < buckets_->size(); ++b) {
+    Bucket& bucket = buckets_->bucket(b);
+    bucket.write_owned(0, master(b));
+    bucket.sync_parameters();
   }
 }
 
@@ -342,13 +283,14 @@ void Partition::take_parameters(int b) {
   const at::Tensor mine = master(b);
   // (At one rank a whole stage-3 unit views its shard, which an fp32 master already is.)
   if (!master_is_params_ && mine.data_ptr() != shard.data_ptr()) mine.copy_(shard);
-  if (stage3_ && !stage3_->is_root(b) && !master_is_shards_) stage3_->write_shard(b, 0, shard);
+  Bucket& bucket = buckets_->bucket(b);
+  if (!bucket.persistent() && !master_is_shards_) bucket.write_shard(0, shard);
 }
 
 int64_t Partition::master_bytes() const {
   // Where the units' shards are the master, those bytes count once, as parameters.
   if (master_is_params_ || swap_) return 0;
-  return static_cast<int64_t>(master_.nbytes()) - (master_is_shards_ ? stage3_->owned_bytes() : 0);
+  return static_cast<int64_t>(master_.nbytes()) - (master_is_shards_ ? buckets_->shard_bytes() : 0);
 }
 
 }  // namespace zero::engine

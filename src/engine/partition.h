@@ -4,8 +4,8 @@
 // of the flat owned buffers (layout/bucket_layout.h), so one offset addresses all of them.
 //
 // The verbs come in pairs around the optimizer step, in the spirit of Megatron's
-// param-and-grad buffer: the reducer fills gradient_accumulator() during backward (grad sync,
-// grad_reducer.h); step() applies the optimizer tile by tile (sub_group_size); sync_parameters()
+// param-and-grad buffer: the buckets fill gradient_accumulator() during backward (grad sync,
+// bucket.h); step() applies the optimizer tile by tile (sub_group_size); sync_parameters()
 // copies each owned master shard into the model's dtype and all-gathers the buckets (param
 // sync). homes() says where each state is stored; the step reaches states only through this class,
 // so moving one of them (ZeRO-Offload, docs/engine.md "Not built yet") changes this class and
@@ -23,7 +23,7 @@
 
 #include "engine/flat_params.h"
 #include "engine/gradient_stream.h"
-#include "engine/gradient_strategy.h"
+#include "engine/bucket.h"
 #include "engine/optimizer_swap.h"
 #include "optim/flat_optimizer.h"
 #include "zero/communicator.h"
@@ -31,8 +31,6 @@
 #include "zero/engine.h"  // ParamGroup
 
 namespace zero::engine {
-
-class Stage3;
 
 // Where a state's bytes are: host memory, or a swap file on NVMe (streamed through buffers).
 enum class Memory { kHost, kNvme };
@@ -50,14 +48,13 @@ class Partition {
   // steps: the parameters' device, or the host (ZeRO-Offload: offload_optimizer.device "cpu",
   // DeepSpeed's CPU Adam over pinned host states) when the parameters are on a GPU.
   Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
-            int64_t allgather_bucket_size, std::optional<SwapOptions> swap = std::nullopt,
-            at::Device state_device = at::kCPU);
+            std::optional<SwapOptions> swap = std::nullopt, at::Device state_device = at::kCPU);
   ~Partition();
 
-  // Once the parameters are final (after stage 3 took its shards, `stage3` null below stage 3):
-  // the fp32 master from the owned parameter shards (on NVMe: written by make_optimizer, tile by
-  // tile, never whole in memory).
-  void make_master(Stage3* stage3);
+  // Once the parameters are final (after stage 3 took its shards): the fp32 master from each
+  // bucket's owned parameters (on NVMe: written by make_optimizer, tile by tile, never whole in
+  // memory). The buckets are where the step's results go back (write_owned, sync_parameters).
+  void make_master(BucketGroup& group);
   // Then the optimizer over it: DeepSpeed's sub_group_size tiles (at most kLargestTile
   // elements), parameter groups' decay.
   void make_optimizer(const OptimizerConfig& config, const std::vector<ParamGroup>& groups, int64_t sub_group_size,
@@ -97,8 +94,9 @@ class Partition {
   // exactly when some gradient is not. `grads` undefined: those on NVMe.
   double sum_of_squares(const at::Tensor& grads) const;
   void step(const at::Tensor& grads, const optim::StepParams& params);
-  // The master into the parameters: each owned shard in the model's dtype, then every rank's
-  // shards to every rank (stage 3: into the persistent shard; a unit gathers it when it runs).
+  // The master into the parameters: each bucket's owned shard in the model's dtype, then every
+  // rank's shards to every rank (stage 3: into the persistent shard; a unit gathers it when it
+  // runs). Bucket by bucket: Bucket::write_owned, Bucket::sync_parameters.
   // `master_changed` (after a checkpoint load): the master is new everywhere, not only where the
   // last step wrote it into the parameters (which matters on NVMe, where the step copies tiles).
   void sync_parameters(bool master_changed = false);
@@ -110,8 +108,7 @@ class Partition {
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
   bool swapped() const { return swap_ != nullptr; }
   int64_t swap_buffer_bytes() const {
-    return (swap_ ? swap_->buffer_bytes() : 0) + (stream_ ? stream_->buffer_bytes() : 0) +
-           static_cast<int64_t>(pending_shard_.defined() ? pending_shard_.nbytes() : 0);
+    return (swap_ ? swap_->buffer_bytes() : 0) + (stream_ ? stream_->buffer_bytes() : 0);
   }
   int64_t swap_bytes_read() const { return swap_ ? swap_->bytes_read() : 0; }
   int64_t swap_bytes_written() const { return swap_ ? swap_->bytes_written() : 0; }
@@ -121,19 +118,16 @@ class Partition {
   int64_t gradient_bytes() const { return gradients_.defined() ? static_cast<int64_t>(gradients_.nbytes()) : 0; }
 
  private:
-  void gather_bucket(int b);  // all-gather at most allgather_bucket_size elements per collective
-  at::Tensor owned_parameters(int b) const;  // this rank's shard of bucket b's parameters
   // fn(bucket, begin, end) for each bucket's part [begin, end) of tile t (owned offsets).
   void for_each_bucket_in(optim::Tile t, const std::function<void(int, int64_t, int64_t)>& fn) const;
-  // NVMe: an updated master tile into the parameters this rank owns (sync_parameters then only
-  // gathers).
+  // NVMe: an updated master tile into the parameters this rank owns, bucket by bucket
+  // (sync_parameters then only gathers).
   void copy_into_parameters(optim::Tile t, const at::Tensor& master_tile);
   FlatParams& flat_;
   Communicator& comm_;
   int owner_rank_;
   at::Device state_device_;
-  int64_t allgather_bucket_size_;
-  Stage3* stage3_ = nullptr;
+  BucketGroup* buckets_ = nullptr;  // from make_master
   StateHomes homes_;
   at::Tensor gradients_;  // stages 2/3
   at::Tensor master_;     // fp32, the owned shards of every bucket, bucket after bucket
@@ -145,9 +139,6 @@ class Partition {
   std::unique_ptr<OptimizerSwap> swap_;
   bool gradients_on_nvme_ = false;
   std::unique_ptr<GradientStream> stream_;  // the gradients into swap_ (created with it)
-  // Stage-3 shards on NVMe: the shard being filled tile by tile, written once when complete (a
-  // tile's piece alone would cost a read and a write of the whole shard).
-  at::Tensor pending_shard_;
 };
 
 }  // namespace zero::engine

@@ -56,7 +56,7 @@ TEST(GradientStream, PiecesAccumulateInTheFileAsInMemory) {
       for (int64_t n : pieces) {
         const at::Tensor shard = torch::randn({n}).to(wire);
         at::Tensor mine = expected.narrow(0, offset, n);
-        micro == 0 ? mine.copy_(shard) : mine.add_(shard);  // what StreamedGradients does in memory
+        micro == 0 ? mine.copy_(shard) : mine.add_(shard);  // what a streamed bucket does in memory (Bucket::finish_grad_sync)
         expected_sum += zero::optim::sum_of_squares(mine.data_ptr<float>(), n);
         stream.put(offset, shard, micro == 0);
         offset += n;

@@ -6,9 +6,11 @@
 #include <torch/torch.h>
 
 #include "comm/thread_communicator.h"
+#include "engine/bucket.h"
 #include "engine/flat_params.h"
 #include "engine/partition.h"
 
+using zero::engine::BucketGroup;
 using zero::engine::FlatParams;
 using zero::engine::Partition;
 
@@ -44,8 +46,14 @@ std::vector<at::Tensor> train_one_step(const PartitionCase& c, zero::Communicato
   const int partitions = c.stage == 0 ? 1 : comm.size();
   FlatParams flat(params, partitions, 30);
   const int owner = flat.layout().owned_shard(comm.rank());
-  Partition partition(flat, comm, owner, c.stage >= 2, c.allgather_bucket_size);
-  partition.make_master(nullptr);
+  Partition partition(flat, comm, owner, c.stage >= 2);
+  zero::engine::ReducerOptions options;
+  options.gradients = c.stage >= 2 ? zero::engine::ReducerOptions::Gradients::kStreamedIntoShards
+                                   : zero::engine::ReducerOptions::Gradients::kInBucketBuffers;
+  options.whole_buckets = c.stage == 0;
+  options.allgather_bucket_size = c.allgather_bucket_size;  // the buckets' parameter sync
+  BucketGroup buckets(flat, comm, options, partition.gradient_home());
+  partition.make_master(buckets);
   partition.make_optimizer(sgd(0.5), {}, 16, comm.rank());
   // The master holds this rank's fragments of the parameters, placed by the layout.
   at::Tensor grads = torch::zeros({flat.layout().owned_numel()});
@@ -113,8 +121,11 @@ TEST(Partition, StatesAndHomesAreNamedInOnePlace) {
   zero::comm_detail::run_on_threads(2, [&](int r) {
     std::vector<at::Tensor> params = {initial(0).requires_grad_(true), initial(1).requires_grad_(true)};
     FlatParams flat(params, 2, 30);
-    Partition partition(flat, *group[r], r, true, 0);
-    partition.make_master(nullptr);
+    Partition partition(flat, *group[r], r, true);
+    zero::engine::ReducerOptions options;
+    options.gradients = zero::engine::ReducerOptions::Gradients::kStreamedIntoShards;
+    BucketGroup buckets(flat, *group[r], options, partition.gradient_home());
+    partition.make_master(buckets);
     zero::OptimizerConfig adam;
     adam.type = zero::OptimizerType::kAdamW;
     partition.make_optimizer(adam, {}, 0, r);

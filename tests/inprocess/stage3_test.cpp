@@ -1,5 +1,5 @@
 // Stage 3's unit lifecycle with 1-4 ranks as threads: the states each unit passes through
-// (unit_states.h), a prefetch in flight while the previous unit computes, kept units, invalid
+// (shard_state.h), a prefetch in flight while the previous unit computes, kept units, invalid
 // moves as errors, and the cross-rank gather-order check.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -12,7 +12,7 @@
 
 using zero::engine::ShardState;
 using zero::engine::StepMode;
-using zero::engine::UnitStates;
+using zero::engine::ShardLifecycle;
 
 namespace {
 
@@ -48,6 +48,7 @@ struct Rank {
   Net net{6};
   std::vector<at::Tensor> params;
   std::unique_ptr<zero::engine::FlatParams> flat;
+  std::unique_ptr<zero::engine::BucketGroup> buckets;
   std::unique_ptr<zero::engine::Stage3> stage3;
   std::vector<int> bucket_of_unit;
   int root_bucket = -1;
@@ -66,9 +67,13 @@ struct Rank {
       const int b = flat->layout().slot(static_cast<int>(i)).bucket;
       if (groups[i] < 3) bucket_of_unit[static_cast<size_t>(groups[i])] = b; else root_bucket = b;
     }
-    stage3 = std::make_unique<zero::engine::Stage3>(*flat, comm, comm.rank(), std::move(map), limits);
+    zero::engine::ReducerOptions options;
+    options.gradients = zero::engine::ReducerOptions::Gradients::kStreamedIntoShards;
+    buckets = std::make_unique<zero::engine::BucketGroup>(*flat, comm, options);
+    stage3 = std::make_unique<zero::engine::Stage3>(*buckets, std::move(map), limits);
   }
-  ShardState unit_state(int u) const { return stage3->state(bucket_of_unit[static_cast<size_t>(u)]); }
+  ShardState state(int b) const { return buckets->bucket(b).state(); }
+  ShardState unit_state(int u) const { return state(bucket_of_unit[static_cast<size_t>(u)]); }
   at::Tensor forward(const at::Tensor& x) {
     stage3->begin_forward();
     at::Tensor loss = net.forward(x);
@@ -77,25 +82,25 @@ struct Rank {
   }
 };
 
-TEST(UnitStates, TheLifecycleAndNothingElse) {
-  UnitStates states({true, false});
-  EXPECT_EQ(states.at(0), ShardState::kPersistent);
-  EXPECT_EQ(states.at(1), ShardState::kSharded);
-  EXPECT_THROW(states.set(1, ShardState::kKept), zero::Error);        // keeping what is not whole
-  EXPECT_THROW(states.set(0, ShardState::kSharded), zero::Error);     // freeing the root
-  states.set(1, ShardState::kGathering);
-  EXPECT_THROW(states.set(1, ShardState::kSharded), zero::Error);     // freeing under a collective
-  EXPECT_THROW(states.set(1, ShardState::kKept), zero::Error);
-  states.set(1, ShardState::kWhole);
-  states.set(1, ShardState::kWhole);  // idempotent
-  states.set(1, ShardState::kKept);
-  EXPECT_THROW(states.set(1, ShardState::kGathering), zero::Error);
-  states.set(1, ShardState::kSharded);
+TEST(ShardLifecycle, TheLifecycleAndNothingElse) {
+  ShardLifecycle root, unit(ShardState::kSharded);
+  EXPECT_EQ(root.get(), ShardState::kPersistent);
+  EXPECT_EQ(unit.get(), ShardState::kSharded);
+  EXPECT_THROW(unit.set(ShardState::kKept, 1), zero::Error);      // keeping what is not whole
+  EXPECT_THROW(root.set(ShardState::kSharded, 0), zero::Error);   // freeing the root
+  unit.set(ShardState::kGathering, 1);
+  EXPECT_THROW(unit.set(ShardState::kSharded, 1), zero::Error);   // freeing under a collective
+  EXPECT_THROW(unit.set(ShardState::kKept, 1), zero::Error);
+  unit.set(ShardState::kWhole, 1);
+  unit.set(ShardState::kWhole, 1);  // idempotent
+  unit.set(ShardState::kKept, 1);
+  EXPECT_THROW(unit.set(ShardState::kGathering, 1), zero::Error);
+  unit.set(ShardState::kSharded, 1);
   try {
-    states.set(1, ShardState::kKept);
+    unit.set(ShardState::kKept, 1);
     FAIL();
   } catch (const zero::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("from sharded to kept"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bucket 1 cannot go from sharded to kept"), std::string::npos) << e.what();
   }
 }
 
@@ -108,7 +113,7 @@ TEST(Stage3Lifecycle, RecordsThenPrefetchesTheNextUnitWhileOneComputes) {
     const double expected = reference.forward(x).item<double>();
     zero::comm_detail::run_on_threads(ranks, [&](int r) {
       Rank rank(*group[r], {.max_reuse_distance = -1});  // nothing kept: only prefetch is on
-      EXPECT_EQ(rank.stage3->state(rank.root_bucket), ShardState::kPersistent);
+      EXPECT_EQ(rank.state(rank.root_bucket), ShardState::kPersistent);
       for (int u = 0; u < 3; ++u) EXPECT_EQ(rank.unit_state(u), ShardState::kSharded);
       EXPECT_EQ(rank.stage3->mode(), StepMode::kRecording);
       std::vector<std::vector<ShardState>> seen;  // per block run: the three units' states
@@ -138,17 +143,19 @@ TEST(Stage3Lifecycle, KeepsTheUnitsBackwardReusesAndReleasesThemOnce) {
     const at::Tensor x = torch::ones({2, 6});
     rank.forward(x).backward();  // recording
     for (int u = 0; u < 3; ++u) EXPECT_EQ(rank.unit_state(u), ShardState::kWhole);  // gathered by backward
-    rank.stage3->release_all();
+    rank.buckets->release_all();
     at::Tensor loss = rank.forward(x);
     for (int u = 0; u < 3; ++u) EXPECT_EQ(rank.unit_state(u), ShardState::kKept) << "unit " << u;
-    loss.backward();  // reuses them: no gather
-    for (int b = 0; b < 3; ++b) rank.stage3->on_bucket_complete(rank.bucket_of_unit[b]);
+    // Reuses them (no gather); each unit's bucket releases itself once its gradients are in.
+    rank.buckets->begin_backward(true);
+    loss.backward();
+    rank.buckets->end_backward();
     for (int u = 0; u < 3; ++u) EXPECT_EQ(rank.unit_state(u), ShardState::kSharded);
-    rank.stage3->release(rank.bucket_of_unit[0]);  // idempotent
-    rank.stage3->gather(rank.bucket_of_unit[1]);
-    rank.stage3->gather(rank.bucket_of_unit[1]);  // idempotent: one all-gather
+    rank.buckets->bucket(rank.bucket_of_unit[0]).release();  // idempotent
+    rank.buckets->bucket(rank.bucket_of_unit[1]).gather();
+    rank.buckets->bucket(rank.bucket_of_unit[1]).gather();  // idempotent: one all-gather
     EXPECT_EQ(rank.unit_state(1), ShardState::kWhole);
-    EXPECT_THROW(rank.stage3->release(rank.root_bucket), zero::Error);  // the root is never freed
+    EXPECT_THROW(rank.buckets->bucket(rank.root_bucket).release(), zero::Error);  // the root is never freed
     rank.stage3->verify_order({"a", "b", "c", "d", "e", "f", "g", "h"});
   });
 }
@@ -159,8 +166,8 @@ TEST(Stage3Lifecycle, RanksGatheringInDifferentOrdersFailTheOrderCheck) {
   zero::comm_detail::run_on_threads(2, [&](int r) {
     Rank rank(*group[r], {});
     // Same-sized units gathered in different orders: the all-gathers match, the shards would mix.
-    rank.stage3->gather(rank.bucket_of_unit[r == 0 ? 0 : 1]);
-    rank.stage3->gather(rank.bucket_of_unit[r == 0 ? 1 : 0]);
+    rank.buckets->bucket(rank.bucket_of_unit[r == 0 ? 0 : 1]).gather();
+    rank.buckets->bucket(rank.bucket_of_unit[r == 0 ? 1 : 0]).gather();
     std::vector<std::string> names;
     for (const auto& item : rank.net.named_parameters()) names.push_back(item.key());
     try {

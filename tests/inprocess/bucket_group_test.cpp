@@ -1,4 +1,4 @@
-// The gradient reducer at stages 0-3 with 1-4 ranks as threads, against the sum over ranks and
+// The bucket group's gradients (bucket.h) at stages 0-3 with 1-4 ranks as threads, against the sum over ranks and
 // micro-steps computed here from each rank's known gradients. Parameters that get no gradient
 // in some micro-steps (or never) must contribute zeros; the pooled buffers must stay within two.
 #include <gtest/gtest.h>
@@ -6,11 +6,11 @@
 
 #include "comm/thread_communicator.h"
 #include "engine/flat_params.h"
-#include "engine/grad_reducer.h"
+#include "engine/bucket.h"
 #include "zero/comm_stats.h"
 
 using zero::engine::FlatParams;
-using zero::engine::GradReducer;
+using zero::engine::BucketGroup;
 using zero::engine::ReducerOptions;
 
 namespace {
@@ -67,9 +67,8 @@ RankResult run_rank(const ReducerCase& c, zero::Communicator& comm, int r) {
                   c.stage == 3 ? groups : std::vector<int>{});
   auto stats = std::make_shared<zero::CommStats>();
   zero::CountingCommunicator counted(comm, stats);
-  GradReducer reducer(flat, counted, options_for(c));
+  BucketGroup reducer(flat, counted, options_for(c));
   RankResult out;
-  reducer.on_bucket_complete = [&](int) { ++out.completions; };
   for (int step = 0; step < kSteps; ++step) {
     for (int m = 0; m < c.accumulation; ++m) {
       const bool boundary = m == c.accumulation - 1;
@@ -79,11 +78,12 @@ RankResult run_rank(const ReducerCase& c, zero::Communicator& comm, int r) {
         if (used(i, m)) loss = loss + (params[i] * gradient(r, m + 10 * step, i).to(c.dtype)).sum();
       loss.backward();
       reducer.end_backward();
-      out.pool_bytes = std::max(out.pool_bytes, reducer.bucket_bytes());
+      out.pool_bytes = std::max(out.pool_bytes, reducer.staging_bytes());
     }
     out.owned.push_back(reducer.owned_gradients() * reducer.averaging_factor());
     reducer.zero();
   }
+  out.completions = reducer.completions();
   out.buckets = static_cast<int64_t>(flat.layout().buckets().size());
   for (const auto& b : flat.layout().buckets())
     out.largest_bucket_bytes = std::max(out.largest_bucket_bytes, b.padded * static_cast<int64_t>(c10::elementSize(c.dtype)));
@@ -120,7 +120,7 @@ at::Tensor expected_owned(const ReducerCase& c, int r, int step = 0) {
   return expected / c.ranks;
 }
 
-TEST(GradReducer, MatchesTheLocalSumAtStagesZeroToThreeWithOneToFourRanks) {
+TEST(BucketGroupGradients, MatchesTheLocalSumAtStagesZeroToThreeWithOneToFourRanks) {
   for (int stage = 0; stage <= 3; ++stage)
     for (int ranks = 1; ranks <= 4; ++ranks)
       for (int accumulation : {1, 2})
@@ -158,7 +158,7 @@ TEST(GradReducer, MatchesTheLocalSumAtStagesZeroToThreeWithOneToFourRanks) {
           }
 }
 
-TEST(GradReducer, PredivideAndAWireDtypeKeepTheAverage) {
+TEST(BucketGroupGradients, PredivideAndAWireDtypeKeepTheAverage) {
   for (int stage : {0, 1, 2}) {
     const ReducerCase c{stage, 4, 2, true, at::kFloat};
     SCOPED_TRACE(c.label());
@@ -172,7 +172,7 @@ TEST(GradReducer, PredivideAndAWireDtypeKeepTheAverage) {
       o.prescale = true;
       o.predivide_factor = 2;
       o.wire_dtype = at::kBFloat16;  // small integers halved: still exact
-      GradReducer reducer(flat, *group[r], o);
+      BucketGroup reducer(flat, *group[r], o);
       for (int m = 0; m < 2; ++m) {
         reducer.begin_backward(stage >= 2 || m == 1);
         at::Tensor loss = torch::zeros({});

@@ -1,4 +1,6 @@
-#include "engine/unit_states.h"
+#include "engine/shard_state.h"
+
+#include <string>
 
 #include "zero/error.h"
 
@@ -20,11 +22,7 @@ const char* to_string(ShardState state) {
   return "?";
 }
 
-UnitStates::UnitStates(const std::vector<bool>& persistent) {
-  for (bool p : persistent) states_.push_back(p ? ShardState::kPersistent : ShardState::kSharded);
-}
-
-bool UnitStates::allowed(ShardState from, ShardState to) {
+bool ShardLifecycle::allowed(ShardState from, ShardState to) {
   using S = ShardState;
   if (from == to) return true;
   switch (from) {
@@ -42,19 +40,17 @@ bool UnitStates::allowed(ShardState from, ShardState to) {
   return false;
 }
 
-void UnitStates::set(int b, ShardState to) {
-  ShardState& state = states_.at(static_cast<size_t>(b));
-  if (!allowed(state, to)) {
-    throw Error(std::string("internal: stage 3 bucket ") + std::to_string(b) + " cannot go from " + to_string(state) +
-                    " to " + to_string(to),
+void ShardLifecycle::set(ShardState to, int bucket) {
+  if (!allowed(state_, to)) {
+    throw Error(std::string("internal: stage 3 bucket ") + std::to_string(bucket) + " cannot go from " +
+                    to_string(state_) + " to " + to_string(to),
                 "zero_optimization.stage");
   }
-  state = to;
+  state_ = to;
 }
 
-bool UnitStates::usable(int b) const {
-  const ShardState s = at(b);
-  return s == ShardState::kPersistent || s == ShardState::kWhole || s == ShardState::kKept;
+bool ShardLifecycle::usable() const {
+  return state_ == ShardState::kPersistent || state_ == ShardState::kWhole || state_ == ShardState::kKept;
 }
 
 }  // namespace zero::engine

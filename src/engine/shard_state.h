@@ -1,6 +1,6 @@
-// Stage 3's lifecycle, as explicit states (docs/architecture.md, "Stage 3").
+// Stage 3's lifecycle of one bucket's parameters, as explicit states (docs/stage3.md).
 //
-// Each unit's bucket is in one ShardState:
+// Each bucket (bucket.h) is in one ShardState:
 //
 //   kPersistent  the root (parameters outside every unit, or under the persistence thresholds):
 //                whole on every rank, always; it never changes state.
@@ -21,30 +21,27 @@
 // (the order changed once: every unit is gathered when it runs, never prefetched or kept).
 #pragma once
 
-#include <string>
-#include <vector>
-
 namespace zero::engine {
 
 enum class ShardState { kPersistent, kSharded, kGathering, kWhole, kKept };
 enum class StepMode { kRecording, kFollowing, kOnDemand };
 const char* to_string(ShardState state);
 
-class UnitStates {
+// One bucket's state, moved only along the diagram above.
+class ShardLifecycle {
  public:
-  // One entry per bucket; `persistent[b]`: bucket b is the root, the rest start sharded.
-  explicit UnitStates(const std::vector<bool>& persistent);
-  ShardState at(int b) const { return states_[static_cast<size_t>(b)]; }
-  // Throws zero::Error ("internal: ...") for a move the lifecycle does not have.
-  void set(int b, ShardState to);
+  // kPersistent (stages 0-2, the root) or kSharded (a unit's bucket once stage 3 took its shard).
+  explicit ShardLifecycle(ShardState initial = ShardState::kPersistent) : state_(initial) {}
+  ShardState get() const { return state_; }
+  // Throws zero::Error ("internal: ...", naming `bucket`) for a move the lifecycle does not have.
+  void set(ShardState to, int bucket);
   static bool allowed(ShardState from, ShardState to);
-  // The parameters of bucket b hold their values (whole, kept or persistent; not sharded or
-  // still being gathered).
-  bool usable(int b) const;
-  size_t size() const { return states_.size(); }
+  // The parameters hold their values (whole, kept or persistent; not sharded or still being
+  // gathered).
+  bool usable() const;
 
  private:
-  std::vector<ShardState> states_;
+  ShardState state_;
 };
 
 }  // namespace zero::engine
