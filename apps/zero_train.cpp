@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "checkpoint/hf_directory_writer.h"
-#include "models/gpt/trainer.h"
+#include "models/common/trainer.h"
 #include "zero/zero.h"
 
 int main(int argc, char** argv) {

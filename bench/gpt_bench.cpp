@@ -1,4 +1,4 @@
-// bench_gpt — tokens/s of zero-train's own loop (models/gpt/trainer) at ZeRO stages 0, 1 and 2:
+// bench_gpt — tokens/s of zero-train's own loop (models/common/trainer) at ZeRO stages 0, 1 and 2:
 // the GPT on the built-in corpus, the micro-batch fixed per rank (so the global batch grows with
 // the ranks), fp32, one thread per rank.
 //
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/gpt/trainer.h"
+#include "models/common/trainer.h"
 #include "zero/allocator.h"
 #include "zero/world.h"
 #include "programs.h"

@@ -109,4 +109,10 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
 
+// Collective error agreement, for work that touches files on some ranks only: every rank learns
+// whether any rank failed (`error` not empty there). The failing rank throws zero::Error with its
+// own error; the others throw one naming the lowest failing rank and `what`. One 4-byte
+// all-reduce, so no rank is left waiting in the next collective.
+void agree(Communicator& comm, const std::string& error, int rank, const std::string& what);
+
 }  // namespace zero

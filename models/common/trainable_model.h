@@ -1,4 +1,4 @@
-// What zero-train's loop (models/gpt/trainer.h) needs of a model, so that one loop — data,
+// What zero-train's loop (models/common/trainer.h) needs of a model, so that one loop — data,
 // schedule, logging, evaluation, checkpoints, export — trains every model family: the GPT of
 // llm.c's files and the Llama family of Hugging Face's.
 #pragma once

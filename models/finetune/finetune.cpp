@@ -14,8 +14,7 @@
 #include "models/finetune/sft_batches.h"
 #include "models/finetune/trainer_config.h"
 #include "models/finetune/trainer_files.h"
-#include "models/gpt/run_report.h"
-#include "engine/agree.h"
+#include "models/common/run_report.h"
 #include "models/llama/llama_trainable.h"
 #include "text/tokenizer.h"
 #include "zero/zero.h"
@@ -130,7 +129,7 @@ struct Run {
         error = e.what();
       }
     }
-    engine::agree(world.communicator(), error, world.rank(), what);
+    zero::agree(world.communicator(), error, world.rank(), what);
   }
 
   void log(nlohmann::ordered_json logs) {

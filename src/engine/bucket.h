@@ -79,7 +79,7 @@ struct ReducerOptions {
 // Where streamed gradients accumulate: an fp32 tensor of owned_numel elements in host memory,
 // or `put`, which takes each bucket's reduced shard in owned order (`replace`: the first
 // reduction since zero(), else added to what it holds) — the optimizer's swap file on NVMe
-// (gradient_stream.h). Neither: a tensor of the group's own.
+// (gradient_swap.h). Neither: a tensor of the group's own.
 struct GradientHome {
   at::Tensor memory;
   std::function<void(int64_t owned_offset, const at::Tensor& shard, bool replace)> put;

@@ -14,7 +14,6 @@
 
 #include "comm/device_communicator.h"
 #include "comm/progress.h"
-#include "engine/agree.h"
 #include "engine/compute_choice.h"
 #include "engine/engine_state.h"
 #include "engine/flat_params.h"
@@ -83,7 +82,7 @@ engine::Stage3Zeropp stage3_zeropp(const Config& config, Communicator& comm, con
     }
   }
   // Only some groups may cross hosts: every rank learns it before the split, which all must call.
-  engine::agree(comm, error, rank, "zero_optimization.zero_hpz_partition_size");
+  agree(comm, error, rank, "zero_optimization.zero_hpz_partition_size");
   z.secondary_group = comm.split(rank / hpz, rank);
   return z;
 }

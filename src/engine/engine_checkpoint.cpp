@@ -19,7 +19,6 @@
 
 #include "checkpoint/files.h"
 #include "checkpoint/reader.h"
-#include "engine/agree.h"
 #include "engine/engine_state.h"
 #include "zero/error.h"
 
@@ -87,7 +86,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       error = dir + ": cannot prepare the checkpoint directory: " + e.what();
     }
   }
-  engine::agree(s.comm, error, rank, "save_checkpoint");
+  agree(s.comm, error, rank, "save_checkpoint");
 
   // Stage 0: every rank holds the same state, rank 0 writes it.
   const int partitions = s.flat->layout().world_size();
@@ -119,7 +118,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
   } catch (const std::exception& e) {
     error = e.what();
   }
-  engine::agree(s.comm, error, rank, "save_checkpoint");
+  agree(s.comm, error, rank, "save_checkpoint");
 
   // Per rank: shard file bytes and checksum, random-state file bytes and checksum.
   at::Tensor mine = at::tensor({static_cast<int64_t>(digest.bytes), static_cast<int64_t>(digest.xxh3),
@@ -183,7 +182,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       error = dir + ": cannot complete checkpoint " + tag + ": " + e.what();
     }
   }
-  engine::agree(s.comm, error, rank, "save_checkpoint");
+  agree(s.comm, error, rank, "save_checkpoint");
   return tag;
 }
 
@@ -255,7 +254,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   } catch (const std::exception& e) {
     error = e.what();
   }
-  engine::agree(s.comm, error, rank, "load_checkpoint");
+  agree(s.comm, error, rank, "load_checkpoint");
   try {  // what was verified; only an I/O error from here on
     // State by state, in pieces of the owned buffer (the whole of it in memory, a tile on NVMe):
     // each fragment's part inside the piece.
@@ -274,7 +273,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   } catch (const std::exception& e) {
     error = e.what();
   }
-  engine::agree(s.comm, error, rank, "load_checkpoint");
+  agree(s.comm, error, rank, "load_checkpoint");
   const json& m = reader->manifest();
   s.partition->sync_parameters(/*master_changed=*/true);
   s.buckets->forget_secondaries();  // hpZ: they hold the weights before the load

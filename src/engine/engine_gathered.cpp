@@ -8,7 +8,6 @@
 
 #include "checkpoint/files.h"
 #include "checkpoint/safetensors.h"
-#include "engine/agree.h"
 #include "engine/engine_state.h"
 #include "zero/error.h"
 
@@ -103,7 +102,7 @@ void Engine::visit_whole_parameters(const std::function<void(size_t, const at::T
     if (s.stage3) s.buckets->release_all();
   }
   if (finish) attempt(finish);
-  engine::agree(s.comm, error, rank, what);
+  agree(s.comm, error, rank, what);
 }
 
 bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {

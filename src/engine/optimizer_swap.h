@@ -7,7 +7,7 @@
 //
 // Swap layout: tile after tile; a tile's region holds its master, then each state, then (stages
 // 2/3) the tile's gradients, each padded to kIoAlignment. The gradients are written by the
-// reducer during backward (gradient_stream.h) and read with the rest of the tile by the step,
+// reducer during backward (gradient_swap.h) and read with the rest of the tile by the step,
 // which writes back the master and the states only. The file sits in a folder of its own per process, removed at the end (a
 // crashed run's folder is removed by the next run that finds its process gone).
 #pragma once

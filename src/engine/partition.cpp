@@ -158,7 +158,7 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
     shard = at::Tensor();
     // One write fills the aio queue.
     if (gradients_on_nvme_)
-      stream_ = std::make_unique<GradientStream>(*swap_, swap_options_->aio.block_size * swap_options_->aio.queue_depth);
+      stream_ = std::make_unique<GradientSwap>(*swap_, swap_options_->aio.block_size * swap_options_->aio.queue_depth);
     release_freed_memory();
   }
 }

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/flat_params.h"
-#include "engine/gradient_stream.h"
+#include "engine/gradient_swap.h"
 #include "engine/bucket.h"
 #include "engine/optimizer_swap.h"
 #include "optim/flat_optimizer.h"
@@ -72,7 +72,7 @@ class Partition {
   at::Device state_device() const { return state_device_; }
   const StateHomes& homes() const { return homes_; }
   // Stages 2/3: the reducer's destination: an fp32 accumulator of owned_numel elements, or the
-  // swap file (GradientStream) when the optimizer is on NVMe. Empty below stage 2.
+  // swap file (GradientSwap) when the optimizer is on NVMe. Empty below stage 2.
   GradientHome gradient_home();
   const at::Tensor& gradient_accumulator() const { return gradients_; }
   const at::Tensor& master() const { return master_; }
@@ -138,7 +138,7 @@ class Partition {
   std::optional<SwapOptions> swap_options_;
   std::unique_ptr<OptimizerSwap> swap_;
   bool gradients_on_nvme_ = false;
-  std::unique_ptr<GradientStream> stream_;  // the gradients into swap_ (created with it)
+  std::unique_ptr<GradientSwap> stream_;  // the gradients into swap_ (created with it)
 };
 
 }  // namespace zero::engine

@@ -1,9 +1,9 @@
 // ChatTemplate: a parsed template (jinja_lexer, jinja_parser) and its renderer (jinja_eval).
 #include "text/chat_template.h"
 
-#include "text/jinja_ast.h"
-#include "text/jinja_eval.h"
-#include "text/jinja_lexer.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/eval.h"
+#include "text/jinja/lexer.h"
 
 namespace zero::text {
 

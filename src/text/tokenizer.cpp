@@ -13,7 +13,7 @@
 
 #include "text/added_tokens.h"
 #include "text/bpe.h"
-#include "text/pipeline.h"
+#include "text/tokenizer_stages.h"
 #include "util/json_from_file.h"
 #include "zero/error.h"
 

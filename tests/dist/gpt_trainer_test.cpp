@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "models/gpt/token_data.h"
-#include "models/gpt/trainer.h"
+#include "models/common/trainer.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/gpt_reference.h"
 #include "zero/world.h"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors_reader.h"
-#include "models/gpt/trainer.h"
+#include "models/common/trainer.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/scratch_dir.h"
 #include "zero/world.h"

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "models/gpt/llmc_files.h"
-#include "models/gpt/trainer.h"
+#include "models/common/trainer.h"
 #include "zero/allocator.h"
 #include "zero/error.h"
 #include "zero/world.h"

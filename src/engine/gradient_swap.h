@@ -1,10 +1,10 @@
-// GradientStream — stages 2/3 with the optimizer on NVMe: the reduced gradients of the owned
+// GradientSwap — stages 2/3 with the optimizer on NVMe: the reduced gradients of the owned
 // shards go to the optimizer's swap file, into each tile's gradient segment (optimizer_swap.h),
 // instead of an fp32 accumulator the size of the partition, so that host memory does not grow
 // with the model. The step then reads each tile's gradients with its master and moments.
 //
-// The reducer finishes buckets in order and a rank's owned buffer is bucket after bucket, so the
-// pieces arrive as one sequential stream per micro-step: they are copied into a small ring of
+// Buckets land their reductions in order (bucket.h) and a rank's owned buffer is bucket after
+// bucket, so the pieces arrive as one sequential stream per micro-step: copied into a small ring of
 // aligned chunks, each written (O_DIRECT, asynchronously) when full or at a tile's end. A later
 // micro-step of the same accumulation reads the stored values of its piece first and adds: what
 // the file holds at and after the stream's position is always the previous micro-step's, because
@@ -21,11 +21,11 @@ namespace zero::engine {
 
 class OptimizerSwap;
 
-class GradientStream {
+class GradientSwap {
  public:
   // `chunk_bytes`: the size of one write (rounded down to kIoAlignment, and at most one tile's
   // gradients); two chunks and a bounce buffer for the reads of accumulation stay in memory.
-  GradientStream(OptimizerSwap& swap, int64_t chunk_bytes);
+  GradientSwap(OptimizerSwap& swap, int64_t chunk_bytes);
 
   // The reduced shard of the bucket at `owned_offset` (each piece starts where the previous one
   // ended; the stream starts over at 0). `replace`: the first reduction since zero(); else the

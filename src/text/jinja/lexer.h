@@ -1,5 +1,5 @@
 // Tokens of a chat template, cut as the reference renderer (@huggingface/jinja) cuts them, after
-// Hugging Face's options trim_blocks and lstrip_blocks (see jinja_lexer.cpp).
+// Hugging Face's options trim_blocks and lstrip_blocks (see jinja/lexer.cpp).
 #pragma once
 
 #include <string>

@@ -4,12 +4,12 @@
 // do the same so that whitespace comes out byte for byte as it does there. It also drops
 // `{% generation %}` and `{% endgeneration %}` (transformers' marks for assistant masks), so do we. Each byte keeps the
 // line it had in the template as written, for error messages.
-#include "text/jinja_lexer.h"
+#include "text/jinja/lexer.h"
 
 #include <array>
 #include <utility>
 
-#include "text/jinja_js.h"
+#include "text/jinja/js.h"
 #include "text/tokenizer.h"
 #include "zero/error.h"
 

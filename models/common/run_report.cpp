@@ -1,4 +1,4 @@
-#include "models/gpt/run_report.h"
+#include "models/common/run_report.h"
 
 #include <atomic>
 

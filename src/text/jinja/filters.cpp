@@ -5,8 +5,8 @@
 #include <cmath>
 #include <set>
 
-#include "text/jinja_builtins.h"
-#include "text/jinja_js.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/js.h"
 
 namespace zero::text::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/gradient_stream.h"
+#include "engine/gradient_swap.h"
 
 #include <ATen/ATen.h>
 
@@ -21,7 +21,7 @@ int64_t chunk_size(const std::vector<optim::Tile>& tiles, int64_t requested) {
 
 }  // namespace
 
-GradientStream::GradientStream(OptimizerSwap& swap, int64_t chunk_bytes)
+GradientSwap::GradientSwap(OptimizerSwap& swap, int64_t chunk_bytes)
     : swap_(swap),
       chunk_bytes_(chunk_size(swap.tiles(), chunk_bytes)),
       total_(swap.tiles().empty() ? 0 : swap.tiles().back().offset + swap.tiles().back().length),
@@ -31,14 +31,14 @@ GradientStream::GradientStream(OptimizerSwap& swap, int64_t chunk_bytes)
   chunks_.emplace_back(chunk_bytes_);
 }
 
-size_t GradientStream::tile_at(int64_t offset) const {
+size_t GradientSwap::tile_at(int64_t offset) const {
   const auto& tiles = swap_.tiles();
   auto it = std::upper_bound(tiles.begin(), tiles.end(), offset,
                              [](int64_t o, const optim::Tile& t) { return o < t.offset + t.length; });
   return static_cast<size_t>(it - tiles.begin());
 }
 
-void GradientStream::put(int64_t owned_offset, const at::Tensor& shard, bool replace) {
+void GradientSwap::put(int64_t owned_offset, const at::Tensor& shard, bool replace) {
   if (owned_offset != position_) {
     throw Error("internal: gradients reached the NVMe stream out of order (piece at " + std::to_string(owned_offset) +
                 ", expected " + std::to_string(position_) + ")");
@@ -64,7 +64,7 @@ void GradientStream::put(int64_t owned_offset, const at::Tensor& shard, bool rep
   }
 }
 
-void GradientStream::append(const float* values, int64_t n) {
+void GradientSwap::append(const float* values, int64_t n) {
   const auto& tiles = swap_.tiles();
   while (n > 0) {
     const size_t i = tile_at(position_);
@@ -84,7 +84,7 @@ void GradientStream::append(const float* values, int64_t n) {
   }
 }
 
-void GradientStream::flush_chunk() {
+void GradientSwap::flush_chunk() {
   char* data = static_cast<char*>(chunks_[chunk_].data());
   const int64_t bytes = offload::io_align_up(chunk_fill_);  // the tail of a tile's segment is padding
   std::memset(data + chunk_fill_, 0, static_cast<size_t>(bytes - chunk_fill_));
@@ -96,7 +96,7 @@ void GradientStream::flush_chunk() {
   chunk_fill_ = 0;
 }
 
-void GradientStream::read(int64_t offset, int64_t n, float* out) {
+void GradientSwap::read(int64_t offset, int64_t n, float* out) {
   // Nothing written this micro-step reaches [offset, ...): the chunk being filled is not on disk
   // yet, and the chunks in flight lie before it.
   const auto& tiles = swap_.tiles();
@@ -114,12 +114,12 @@ void GradientStream::read(int64_t offset, int64_t n, float* out) {
   }
 }
 
-double GradientStream::sum_of_squares() const {
+double GradientSwap::sum_of_squares() const {
   if (position_ != 0) throw Error("internal: the optimizer step began before the gradients reached NVMe");
   return last_sum_;
 }
 
-int64_t GradientStream::buffer_bytes() const {
+int64_t GradientSwap::buffer_bytes() const {
   return static_cast<int64_t>(chunks_.size()) * chunk_bytes_ + bounce_.bytes();
 }
 

@@ -1,4 +1,4 @@
-#include "text/pipeline.h"
+#include "text/tokenizer_stages.h"
 
 #include <utf8proc.h>
 

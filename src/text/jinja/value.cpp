@@ -1,11 +1,11 @@
 // Chat-template values: conversion from JSON, truthiness, printing, equality and tojson, each as
 // the reference renderer (@huggingface/jinja, on JavaScript values) does it.
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "text/jinja_js.h"
+#include "text/jinja/js.h"
 #include "text/tokenizer.h"
 #include "zero/error.h"
 

@@ -1,5 +1,5 @@
-// JavaScript string and number semantics for the chat-template interpreter (see jinja_js.h).
-#include "text/jinja_js.h"
+// JavaScript string and number semantics for the chat-template interpreter (see jinja/js.h).
+#include "text/jinja/js.h"
 
 #include <cctype>
 #include <charconv>

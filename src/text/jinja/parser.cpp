@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "text/jinja_ast.h"
+#include "text/jinja/ast.h"
 #include "zero/error.h"
 
 namespace zero::text::jinja {

@@ -1,13 +1,13 @@
 // The syntax tree of a chat template: one node type whose fields each kind uses as listed below.
-// The parser (jinja_parser.cpp) refuses what the interpreter does not implement, naming it.
+// The parser (jinja/parser.cpp) refuses what the interpreter does not implement, naming it.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "text/jinja_lexer.h"
-#include "text/jinja_value.h"
+#include "text/jinja/lexer.h"
+#include "text/jinja/value.h"
 
 namespace zero::text::jinja {
 

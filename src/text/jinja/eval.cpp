@@ -2,13 +2,13 @@
 // Values. Scopes follow the reference (and Jinja): a for loop has its own scope, which `set`
 // inside it writes to and which ends with the loop; `if` has none; a namespace's attributes are
 // the way to carry a value out of a loop.
-#include "text/jinja_eval.h"
+#include "text/jinja/eval.h"
 
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
-#include "text/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 #include "zero/error.h"
 
 namespace zero::text::jinja {

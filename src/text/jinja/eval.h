@@ -1,4 +1,4 @@
-// Running a parsed chat template (jinja_ast.h) over a context, as the reference renderer does.
+// Running a parsed chat template (jinja/ast.h) over a context, as the reference renderer does.
 #pragma once
 
 #include <string>
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "text/chat_template.h"
-#include "text/jinja_ast.h"
+#include "text/jinja/ast.h"
 
 namespace zero::text::jinja {
 

@@ -1,14 +1,14 @@
 // The chat-template interpreter's built-ins: filters, tests, string and mapping methods, global
 // functions and attribute access, each with the reference renderer's behaviour
-// (jinja_builtins.cpp, jinja_filters.cpp). They throw EvalError; the evaluator adds the line.
+// (jinja/builtins.cpp, jinja/filters.cpp). They throw EvalError; the evaluator adds the line.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "text/jinja_ast.h"
-#include "text/jinja_value.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/value.h"
 
 namespace zero::text::jinja {
 

@@ -1,4 +1,4 @@
-#include "models/gpt/trainer.h"
+#include "models/common/trainer.h"
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -16,7 +16,7 @@
 #include "models/gpt/builtin_corpus.h"
 #include "models/gpt/gpt_trainable.h"
 #include "models/llama/llama_trainable.h"
-#include "models/gpt/run_report.h"
+#include "models/common/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
 #include "zero/zero.h"

@@ -2,14 +2,14 @@
 // as the reference renderer (@huggingface/jinja) defines them. Where it differs from Python's
 // Jinja we follow it (docs/chat_templates.md lists the differences): `s.strip('x')` ignores its
 // argument, `none.attr` is undefined rather than an error, a mapping is not `iterable`.
-#include "text/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
 #include <chrono>
 #include <cmath>
 #include <ctime>
 
 #include "text/chat_template.h"
-#include "text/jinja_js.h"
+#include "text/jinja/js.h"
 
 namespace zero::text::jinja {
 namespace {

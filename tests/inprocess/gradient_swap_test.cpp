@@ -9,12 +9,12 @@
 
 #include <filesystem>
 
-#include "engine/gradient_stream.h"
+#include "engine/gradient_swap.h"
 #include "engine/optimizer_swap.h"
 #include "optim/cpu_kernels.h"
 #include "zero/error.h"
 
-using zero::engine::GradientStream;
+using zero::engine::GradientSwap;
 using zero::engine::OptimizerSwap;
 using zero::engine::SwapOptions;
 
@@ -22,7 +22,7 @@ namespace {
 
 struct TempDir {
   std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("zero_gradient_stream." + std::to_string(getpid()));
+      std::filesystem::temp_directory_path() / ("zero_gradient_swap." + std::to_string(getpid()));
   TempDir() { std::filesystem::create_directories(path); }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
@@ -36,7 +36,7 @@ SwapOptions small_io(const std::string& dir) {
   return o;
 }
 
-TEST(GradientStream, PiecesAccumulateInTheFileAsInMemory) {
+TEST(GradientSwap, PiecesAccumulateInTheFileAsInMemory) {
   TempDir dir;
   const int64_t total = 5000;
   // Tiles of 1500 elements (1500, 1500, 1500, 500); pieces of every awkward size; chunks of 1024.
@@ -45,7 +45,7 @@ TEST(GradientStream, PiecesAccumulateInTheFileAsInMemory) {
     OptimizerSwap swap(small_io(dir.path.string()), zero::optim::tiles_of(total, 1500), 2, /*with_gradients=*/true);
     const at::Tensor master = torch::arange(total, torch::kFloat);
     swap.write_initial([&](zero::optim::Tile t, const at::Tensor& out) { out.copy_(master.narrow(0, t.offset, t.length)); });
-    GradientStream stream(swap, 4096);
+    GradientSwap stream(swap, 4096);
     EXPECT_EQ(stream.buffer_bytes(), 3 * 4096);
     at::Tensor expected = torch::zeros({total}, torch::kFloat);
     double expected_sum = 0;
@@ -74,11 +74,11 @@ TEST(GradientStream, PiecesAccumulateInTheFileAsInMemory) {
   }
 }
 
-TEST(GradientStream, APieceOutOfOrderOrAStepMidStreamIsAnError) {
+TEST(GradientSwap, APieceOutOfOrderOrAStepMidStreamIsAnError) {
   TempDir dir;
   OptimizerSwap swap(small_io(dir.path.string()), zero::optim::tiles_of(100, 60), 2, true);
   swap.write_initial([](zero::optim::Tile, const at::Tensor& out) { out.zero_(); });
-  GradientStream stream(swap, 4096);
+  GradientSwap stream(swap, 4096);
   EXPECT_THROW(stream.put(10, torch::ones({5}), true), zero::Error);
   stream.put(0, torch::ones({40}), true);
   EXPECT_FALSE(stream.complete());

@@ -1,6 +1,4 @@
-// Collective error agreement for operations that touch files on some ranks only.
-#pragma once
-
+// zero::agree (include/zero/communicator.h).
 #include <ATen/ATen.h>
 
 #include <climits>
@@ -9,11 +7,9 @@
 #include "zero/communicator.h"
 #include "zero/error.h"
 
-namespace zero::engine {
+namespace zero {
 
-// Every rank learns whether any rank failed; the failing rank rethrows its own error, the others
-// name the lowest failing rank. Collective, so no rank is left waiting in the next collective.
-inline void agree(Communicator& comm, const std::string& error, int rank, const std::string& what) {
+void agree(Communicator& comm, const std::string& error, int rank, const std::string& what) {
   at::Tensor first = at::full({1}, error.empty() ? INT_MAX : rank, at::kInt);
   comm.all_reduce(first, ReduceOp::kMin, {.async = false});
   const int failed = first.item<int>();
@@ -22,4 +18,4 @@ inline void agree(Communicator& comm, const std::string& error, int rank, const 
   throw Error(what + " failed on rank " + std::to_string(failed) + " (its error is printed there)", what, rank);
 }
 
-}  // namespace zero::engine
+}  // namespace zero
