@@ -3,7 +3,7 @@
 # keeps the speed): zero-train on 2 ranks at ZeRO stages 0-3, fp32, AdamW, overlap_comm, 1e7-element
 # reduce buckets (a dozen per step; stage 3: a bucket per unit), for two models:
 #   - the GPT-2 124M shape (12 layers, 12 heads, 768 channels, vocabulary 50257), 2 x 128 tokens
-#     per rank and step;
+#     per rank and step, on random token ids;
 #   - a random model of SmolLM2-135M's shape (Llama: hidden 576, 30 layers, 9 heads, 3 KV heads,
 #     intermediate 1536, vocabulary 49152, tied), 2 x 128 tokens per rank and step.
 # Each configuration runs ROUNDS times per build, the builds alternating (A B A B ...), so that a
@@ -38,7 +38,7 @@ ids = [rng.randrange(49152) for _ in range(200000)]
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack(f"<{len(ids)}H", *ids))
 PY
-gpt=(--layers 12 --heads 12 --channels 768 --vocab 50257 --max-seq 128)
+gpt=(--layers 12 --heads 12 --channels 768 --vocab 50257 --max-seq 128 --train-data "$tmp/tokens.bin")
 llama=(--model "$tmp/smollm2" --train-data "$tmp/tokens.bin" --seq-len 128)
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o 'avx2\|avx512f\|avx512_bf16\|amx_bf16' | sort -u | xargs)"

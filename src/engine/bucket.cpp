@@ -48,9 +48,9 @@ void Bucket::shard_parameters(UnitBase* unit) {
   unit_ = unit;
   if (unit == nullptr) return;  // the root: whole on every rank, always
   FlatParams& flat = group_.flat_;
-  if (flat.released(index_)) {
-    // Built under zero::Init: the unit kept its shard (or spilled it to NVMe: read when it goes
-    // into the swap file, one at a time).
+  if (unit->partitioned()) {
+    // Built under zero::Init: FlatParams adopted its bucket with no bytes, and the unit kept its
+    // shard (or spilled it to NVMe: read when it goes into the swap file, one at a time).
     const PartitionedUnit& p = *unit->partitioned();
     shard_ = p.shard.defined() || group_.shard_swap_ ? p.shard : p.spilled();
   } else {
@@ -406,7 +406,7 @@ BucketGroup::~BucketGroup() {
   for (Bucket& bucket : buckets_) {
     const int b = bucket.index();
     flat_.own_aliased(b);  // one partition: the parameters viewed the shard
-    if (!flat_.released(b)) continue;
+    if (bucket.state() != ShardState::kSharded) continue;
     flat_.materialize(b);
     flat_.buffer(b).fill_(std::numeric_limits<double>::quiet_NaN());
   }

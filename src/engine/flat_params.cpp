@@ -63,9 +63,7 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
               layout_order(params_.size(), groups), groups),
       dtype_(params_[0].scalar_type()),
       device_(params_[0].device()),
-      released_(layout_.buckets().size(), false),
-      aliased_(layout_.buckets().size(), false),
-      capacity_(layout_.buckets().size(), 0) {
+      memory_(layout_.buckets().size()) {
   at::NoGradGuard no_grad;
   // Without groups no bucket is ever released on its own: all share one allocation, back to back.
   if (groups.empty()) whole_ = at::zeros({layout_.padded_numel()}, at::TensorOptions(dtype_).device(device_));
@@ -75,21 +73,21 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
     const size_t group = groups.empty() ? 0 : static_cast<size_t>(groups[static_cast<size_t>(bucket.params.front())]);
     if (group < adopted.size() && adopted[group].defined()) {
       check_adopted(adopted[group], static_cast<int>(b));
-      buffers_.push_back(adopted[group]);
-      released_[b] = true;
+      memory_[b].buffer = adopted[group];
+      memory_[b].held = false;
     } else if (whole_.defined()) {
-      buffers_.push_back(whole_.narrow(0, start, bucket.padded));
+      memory_[b].buffer = whole_.narrow(0, start, bucket.padded);
     } else {
-      // (capacity_ stays 0: the first release frees these; only gathers' memory is kept.)
-      buffers_.push_back(at::zeros({bucket.padded}, at::TensorOptions(dtype_).device(device_)));
+      // (capacity stays 0: the first release frees these; only gathers' memory is kept.)
+      memory_[b].buffer = at::zeros({bucket.padded}, at::TensorOptions(dtype_).device(device_));
     }
     start += bucket.padded;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i];
     const layout::ParamSlot& s = layout_.slot(static_cast<int>(i));
-    if (released_[static_cast<size_t>(s.bucket)]) continue;  // adopted: already a view of its bucket
-    at::Tensor& buffer = buffers_[static_cast<size_t>(s.bucket)];
+    if (!memory_[static_cast<size_t>(s.bucket)].held) continue;  // adopted: already a view of its bucket
+    at::Tensor& buffer = memory_[static_cast<size_t>(s.bucket)].buffer;
     buffer.narrow(0, s.offset, s.numel).copy_(p.reshape(-1));
     // Note: set_ keeps the tensor object (modules and autograd hold it) and only swaps its storage.
     p.set_(buffer.storage(), buffer.storage_offset() + s.offset, p.sizes(), c10::contiguous_strides(p.sizes()));
@@ -139,9 +137,7 @@ int64_t FlatParams::spare_bytes() const {
 
 int64_t FlatParams::bytes() const {
   int64_t total = 0;
-  for (size_t b = 0; b < buffers_.size(); ++b) {
-    total += released_[b] || aliased_[b] ? 0 : static_cast<int64_t>(buffers_[b].nbytes());
-  }
+  for (const BucketMemory& m : memory_) total += m.held && !m.aliased ? static_cast<int64_t>(m.buffer.nbytes()) : 0;
   return total;
 }
 
@@ -149,62 +145,63 @@ int64_t FlatParams::bytes() const {
 // of them), which must keep their identity and see the bytes when they come back.
 void FlatParams::release(int b) {
   if (whole_.defined()) throw Error("internal: a bucket of a model laid out without units was released", "stage3");
-  if (!aliased_[static_cast<size_t>(b)]) {
-    poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // a stale reader of these bytes sees NaN
-  }
-  const bool owned = !aliased_[static_cast<size_t>(b)];
-  aliased_[static_cast<size_t>(b)] = false;
-  c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
+  BucketMemory& m = memory_[static_cast<size_t>(b)];
+  if (!m.aliased) poison_if_debugging(m.buffer);  // a stale reader of these bytes sees NaN
+  const bool owned = !m.aliased;
+  m.aliased = false;
+  c10::StorageImpl* storage = m.buffer.storage().unsafeGetStorageImpl();
   c10::DataPtr memory = storage->set_data_ptr(allocate(0));
   storage->set_nbytes(0);
-  released_[static_cast<size_t>(b)] = true;
+  m.held = false;
   // Keep the largest spares: a smaller one could not serve every bucket.
-  if (owned && memory.get() != nullptr && capacity_[static_cast<size_t>(b)] > 0) {
-    spares_.push_back({capacity_[static_cast<size_t>(b)], std::move(memory)});
+  if (owned && memory.get() != nullptr && m.capacity > 0) {
+    spares_.push_back({m.capacity, std::move(memory)});
     std::sort(spares_.begin(), spares_.end(), [](const Spare& x, const Spare& y) { return x.capacity > y.capacity; });
     if (spares_.size() > kSpareBuffers) spares_.pop_back();
   }
 }
 
 void FlatParams::materialize(int b) {
-  const size_t bytes = buffers_[static_cast<size_t>(b)].nbytes();
-  c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
+  BucketMemory& m = memory_[static_cast<size_t>(b)];
+  const size_t bytes = m.buffer.nbytes();
+  c10::StorageImpl* storage = m.buffer.storage().unsafeGetStorageImpl();
   // The smallest spare that holds it, else new memory.
   auto fit = spares_.end();
   for (auto it = spares_.begin(); it != spares_.end(); ++it)
     if (it->capacity >= bytes) fit = it;
   if (fit != spares_.end()) {
-    capacity_[static_cast<size_t>(b)] = fit->capacity;
+    m.capacity = fit->capacity;
     storage->set_data_ptr_noswap(std::move(fit->memory));
     spares_.erase(fit);
   } else {
-    capacity_[static_cast<size_t>(b)] = bytes;
+    m.capacity = bytes;
     storage->set_data_ptr_noswap(allocate(bytes));
   }
   storage->set_nbytes(bytes);
-  released_[static_cast<size_t>(b)] = false;
-  poison_if_debugging(buffers_[static_cast<size_t>(b)]);  // what the gather does not write stays NaN
+  m.held = true;
+  poison_if_debugging(m.buffer);  // what the gather does not write stays NaN
 }
 
 void FlatParams::materialize_as(int b, const at::Tensor& memory) {
-  const size_t bytes = buffers_[static_cast<size_t>(b)].nbytes();
+  BucketMemory& m = memory_[static_cast<size_t>(b)];
+  const size_t bytes = m.buffer.nbytes();
   if (memory.nbytes() != bytes || !memory.is_contiguous()) {
     throw Error("internal: a bucket can only view contiguous memory of its own size", "stage3");
   }
-  c10::StorageImpl* storage = buffers_[static_cast<size_t>(b)].storage().unsafeGetStorageImpl();
+  c10::StorageImpl* storage = m.buffer.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::DataPtr(memory.data_ptr(), memory.device()));  // not owning
   storage->set_nbytes(bytes);
-  released_[static_cast<size_t>(b)] = false;
-  aliased_[static_cast<size_t>(b)] = true;
+  m.held = true;
+  m.aliased = true;
 }
 
 void FlatParams::own_aliased(int b) {
-  if (!aliased_[static_cast<size_t>(b)]) return;
-  at::Tensor& buffer = buffers_[static_cast<size_t>(b)];
-  void* viewed = buffer.data_ptr();  // still alive: its owner outlives this call
+  BucketMemory& m = memory_[static_cast<size_t>(b)];
+  if (!m.aliased) return;
+  void* viewed = m.buffer.data_ptr();  // still alive: its owner outlives this call
   materialize(b);
-  aliased_[static_cast<size_t>(b)] = false;
-  buffer.copy_(at::from_blob(viewed, buffer.sizes(), buffer.options()));
+  m.aliased = false;
+  m.buffer.copy_(at::from_blob(viewed, m.buffer.sizes(), m.buffer.options()));
 }
 
 }  // namespace zero::engine

@@ -34,7 +34,7 @@ class FlatParams {
   // must be on it).
   at::Device device() const { return device_; }
   // Bucket b's parameter buffer (padded), and `rank`'s shard of it.
-  const at::Tensor& buffer(int b) const { return buffers_[static_cast<size_t>(b)]; }
+  const at::Tensor& buffer(int b) const { return memory_[static_cast<size_t>(b)].buffer; }
   at::Tensor shard(const at::Tensor& bucket_buffer, int b, int rank) const;
   int64_t bytes() const;  // all buffers not released
   // Without groups (stages 0-2): one tensor holding every bucket buffer back to back, in bucket
@@ -49,10 +49,10 @@ class FlatParams {
   // after it and the next unit's buffer would come from fresh memory — measured on an 85 M GPT
   // at stage 3, resident memory grew by a whole unit per unit during forward (+440 MB where
   // 110 MB of activations were live).
+  // Whether bucket b is whole is its Bucket's state (bucket.h), not asked here.
   void release(int b);
   void materialize(int b);
   int64_t spare_bytes() const;
-  bool released(int b) const { return released_[static_cast<size_t>(b)]; }
   // As materialize, but bucket b's bytes are `memory`'s (same byte size, kept alive by its
   // owner): one partition's "gather" of a shard that is the whole bucket. Not counted in bytes().
   void materialize_as(int b, const at::Tensor& memory);
@@ -71,10 +71,14 @@ class FlatParams {
   at::ScalarType dtype_;
   at::Device device_ = at::kCPU;
   at::Tensor whole_;
-  std::vector<at::Tensor> buffers_;
-  std::vector<bool> released_;
-  std::vector<bool> aliased_;  // materialize_as: the bytes belong to someone else
-  std::vector<size_t> capacity_;  // per bucket: the bytes its memory holds (a spare may be larger)
+  // Where each bucket's bytes are: the allocator's bookkeeping, not the bucket's state.
+  struct BucketMemory {
+    at::Tensor buffer;    // the parameters view its storage
+    bool held = true;     // the storage has bytes (false after release, and for an adopted bucket)
+    bool aliased = false;  // materialize_as: the bytes belong to someone else
+    size_t capacity = 0;  // the bytes its memory holds (a spare may be larger); 0: never gathered
+  };
+  std::vector<BucketMemory> memory_;
   struct Spare {
     size_t capacity;
     c10::DataPtr memory;

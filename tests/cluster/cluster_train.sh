@@ -6,7 +6,8 @@
 #     reference run each, at stage 1: on one host every stage gives the same losses);
 #   - the bytes zero-train says each rank sent across nodes per step equal the formula for the
 #     stage (and for ZeRO++'s qwZ, hpZ, qgZ and all three at stage 3), exactly, and, summed over a host's ranks, the bytes the kernel counted on that host's
-#     link per step within 5 % (TCP/IP headers aside: 66 bytes a packet).
+#     link per step within 5 % (TCP/IP headers aside: 66 bytes a packet);
+#   - hpZ, qwZ and qgZ together train to the golden trajectory's bits (tests/golden).
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
 source "$(dirname "$0")/common.sh"
 
@@ -110,6 +111,17 @@ done
 # hpZ alone changes no value; quantization keeps the losses within 1 % over 8 steps.
 check "same_losses $tmp/one_host $tmp/long_hpz" "ZeRO++ hpz: the losses of stage 3 without it"
 check "close_losses $tmp/long_all $tmp/one_host 0.01" "ZeRO++ all: losses within 1 % of stage 3 without it"
+# The golden trajectory of hpZ, qwZ and qgZ together (tests/golden, recorded on one machine as
+# two "nodes" of two ranks) on two real hosts: the same bits. The pins reach every rank the way
+# a user's variables do, through a .deepspeed_env file.
+printf '%s\n' ZERO_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell ZERO_BF16_COMPUTE=fp32 >"$tmp/golden.env"
+DS_ENV_FILE=$tmp/golden.env timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$tmp/hosts2x2" \
+  "$bin/zero-train" --config "$src/tests/golden/configs/s3_zeropp.json" --layers 3 --heads 4 --channels 64 \
+  --max-seq 32 --vocab 256 --steps 4 --print-every 1 --no-progress --export "$tmp/golden.bin" >"$tmp/golden.log" 2>&1 ||
+  { echo "golden run failed"; cat "$tmp/golden.log"; fail=1; }
+golden=$(awk -F'\t' '$1 == "s3_zeropp_two_nodes" && $2 == "np4" { print $3 }' "$src/tests/golden/trajectories.tsv")
+got=$( (sha256sum <"$tmp/golden.bin" 2>/dev/null || echo none) | cut -c1-32)
+check "[[ $got == $golden ]]" "ZeRO++ all on 2 hosts x 2 ranks: the golden trajectory's weights, bit for bit ($got)"
 "$cluster" down
 
 # Three hosts of one rank -----------------------------------------------------------------------
