@@ -8,9 +8,9 @@
 #     intermediate 1536, vocabulary 49152, tied), 2 x 128 tokens per rank and step.
 # Each configuration runs ROUNDS times per build, the builds alternating (A B A B ...), so that a
 # slow spell of the machine falls on both. A run's time is the median of its steps after the
-# first; a build's is the median of its runs. Prints one row per configuration: both medians,
-# their ratio, and each build's spread (slowest run / fastest run - 1) — the noise to read the
-# ratio against.
+# first; a build's is the median of its runs. Prints one row per configuration: both medians and
+# their ratio, each build's spread (slowest run / fastest run - 1: the noise to read the ratio
+# against), and the ratio of the fastest steps (the same work with the least interference).
 #   bench/compare_builds.sh OTHER_BIN_DIR [ROUNDS] [STEPS]   (defaults 3 and 5)
 # e.g. git worktree add /tmp/base <commit> && cmake -S /tmp/base -B /tmp/base/build -G Ninja &&
 #      ninja -C /tmp/base/build zero-train zero-run && bench/compare_builds.sh /tmp/base/build/apps
@@ -44,15 +44,17 @@ llama=(--model "$tmp/smollm2" --train-data "$tmp/tokens.bin" --seq-len 128)
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o 'avx2\|avx512f\|avx512_bf16\|amx_bf16' | sort -u | xargs)"
 echo "this: $this; other: $other; $rounds rounds of $steps steps per build, alternating"
 echo
-echo "| model | stage | this: step ms | other: step ms | this / other | spread this | spread other |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| model | stage | this: step ms | other: step ms | this / other | spread this | spread other | fastest: this / other |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
 
-run_ms() {  # BIN_DIR CONFIG MODEL_FLAGS...: the median step time of one run, steps after the first
-  local bin=$1 config=$2
-  shift 2
+run_ms() {  # BIN_DIR CONFIG STEPS_FILE MODEL_FLAGS...: the median step time of one run, steps after
+  # the first; every such step's time appended to STEPS_FILE
+  local bin=$1 config=$2 all=$3
+  shift 3
   "$bin/zero-run" -n 2 "$bin/zero-train" --config "$config" --steps "$steps" --print-every 1 --no-progress "$@" \
     > "$tmp/log" 2>&1 || { echo "failed: $bin $config" >&2; tail -5 "$tmp/log" >&2; exit 1; }
-  awk '/^step/ { n++; if (n > 1) print $(NF - 1) }' "$tmp/log" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+  awk '/^step/ { n++; if (n > 1) print $(NF - 1) }' "$tmp/log" | tee -a "$all" | sort -g |
+    awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f%%", (hi / lo - 1) * 100 }'; }
@@ -67,14 +69,18 @@ for model in gpt llama; do
 JSON
     : > "$tmp/this.ms"
     : > "$tmp/other.ms"
+    : > "$tmp/this.steps"
+    : > "$tmp/other.steps"
     flags=("${gpt[@]}")
     [[ $model == llama ]] && flags=("${llama[@]}")
     for ((r = 0; r < rounds; ++r)); do
-      run_ms "$this" "$tmp/stage$stage.json" "${flags[@]}" >> "$tmp/this.ms"
-      run_ms "$other" "$tmp/stage$stage.json" "${flags[@]}" >> "$tmp/other.ms"
+      run_ms "$this" "$tmp/stage$stage.json" "$tmp/this.steps" "${flags[@]}" >> "$tmp/this.ms"
+      run_ms "$other" "$tmp/stage$stage.json" "$tmp/other.steps" "${flags[@]}" >> "$tmp/other.ms"
     done
     a=$(median < "$tmp/this.ms") b=$(median < "$tmp/other.ms")
-    printf '| %s | %s | %s | %s | %.3f | %s | %s |\n' "$model" "$stage" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')" \
-      "$(spread < "$tmp/this.ms")" "$(spread < "$tmp/other.ms")"
+    fa=$(sort -g "$tmp/this.steps" | head -1) fb=$(sort -g "$tmp/other.steps" | head -1)
+    printf '| %s | %s | %s | %s | %.3f | %s | %s | %.3f |\n' "$model" "$stage" "$a" "$b" \
+      "$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')" "$(spread < "$tmp/this.ms")" "$(spread < "$tmp/other.ms")" \
+      "$(awk -v a="$fa" -v b="$fb" 'BEGIN { print a / b }')"
   done
 done

@@ -18,30 +18,48 @@ namespace zero {
 // Deeper than any real file of these formats (a tokenizer.json is about 6 levels deep).
 inline constexpr int kMaxJsonDepth = 128;
 
-// Json: nlohmann::json or nlohmann::ordered_json; Input: what Json::parse takes (a string, an
-// istream, a pair of iterators passed as two arguments to the overload below). Parse errors are
-// nlohmann's, as from Json::parse; too deep is a zero::Error naming `origin`.
-template <class Json = nlohmann::json, class Input>
-Json parse_json_from(Input&& input, const std::string& origin, bool allow_exceptions = true) {
-  return Json::parse(
-      std::forward<Input>(input),
-      [&origin](int depth, typename Json::parse_event_t, Json&) {
-        if (depth > kMaxJsonDepth) {
-          throw Error(origin + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels", origin);
-        }
-        return true;
-      },
-      allow_exceptions);
-}
+namespace json_detail {
 
-template <class Json = nlohmann::json, class Iterator>
-Json parse_json_from(Iterator first, Iterator last, const std::string& origin) {
-  return Json::parse(first, last, [&origin](int depth, typename Json::parse_event_t, Json&) {
+template <class Json>
+auto depth_limit(const std::string& origin) {
+  return [&origin](int depth, typename Json::parse_event_t, Json&) {
     if (depth > kMaxJsonDepth) {
       throw Error(origin + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels", origin);
     }
     return true;
-  });
+  };
+}
+
+// nlohmann's parser throws out_of_range (406), not parse_error, for a number beyond a double
+// (1e999): a reader catching parse_error let it escape (found by the instruction-data fuzzer).
+template <class Json, class Parse>
+Json parse_numbers_in_range(Parse&& parse, const std::string& origin) {
+  try {
+    return parse();
+  } catch (const typename Json::out_of_range& e) {
+    throw Error(origin + ": a number out of range: " + e.what(), origin);
+  }
+}
+
+}  // namespace json_detail
+
+// Json: nlohmann::json or nlohmann::ordered_json; Input: what Json::parse takes (a string, an
+// istream, a pair of iterators passed as two arguments to the overload below). Parse errors are
+// nlohmann's, as from Json::parse; too deep, and a number beyond a double, are zero::Errors naming
+// `origin`.
+template <class Json = nlohmann::json, class Input>
+Json parse_json_from(Input&& input, const std::string& origin, bool allow_exceptions = true) {
+  return json_detail::parse_numbers_in_range<Json>(
+      [&] {
+        return Json::parse(std::forward<Input>(input), json_detail::depth_limit<Json>(origin), allow_exceptions);
+      },
+      origin);
+}
+
+template <class Json = nlohmann::json, class Iterator>
+Json parse_json_from(Iterator first, Iterator last, const std::string& origin) {
+  return json_detail::parse_numbers_in_range<Json>(
+      [&] { return Json::parse(first, last, json_detail::depth_limit<Json>(origin)); }, origin);
 }
 
 // `value` as T, where it is one: false when it is of another type, and for an integer type when

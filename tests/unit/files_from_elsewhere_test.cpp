@@ -9,15 +9,18 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "checkpoint/reader.h"
 #include "checkpoint/safetensors_reader.h"
 #include "launch/launch_plan.h"
+#include "models/finetune/instruction_data.h"
 #include "models/finetune/trainer_files.h"
 #include "models/llama/llama_config.h"
 #include "text/added_tokens.h"
@@ -104,6 +107,48 @@ TEST(FilesFromElsewhere, DeepNestingInEveryJsonReaderIsAnError) {
       "checkpoint manifest", [&] { zero::checkpoint::CheckpointReader reader((dir / "ckpt").string()); },
       manifest.string() + too_deep);
   EXPECT_LT(peak_rss_kib(), 200 * 1024) << "KiB of peak RSS";
+  fs::remove_all(dir);
+}
+
+// A number beyond a double (1e999) made nlohmann's parser throw out_of_range, which the readers
+// catching parse_error let escape (the instruction-data fuzzer's finding): now an error naming the
+// file in every JSON reader.
+TEST(FilesFromElsewhere, NumbersBeyondADoubleAreErrorsNamingTheFile) {
+  const fs::path dir = scratch("huge_number");
+  const std::string out_of_range = ": a number out of range";
+
+  const fs::path config = dir / "config.json";
+  write(config, R"({"vocab_size": 1e999})");
+  expect_error("config.json", [&] { zero::llama::read_llama_config(config.string()); }, config.string() + out_of_range);
+
+  const fs::path state = dir / "trainer_state.json";
+  write(state, R"({"global_step": 44444444444444444444444444444444e4444444444})");
+  expect_error(
+      "trainer_state.json", [&] { zero::finetune::read_trainer_state(state.string()); }, state.string() + out_of_range);
+
+  // Instruction data, as a JSON array and as JSONL, read with a byte-level tokenizer.
+  nlohmann::json vocab = nlohmann::json::object();
+  char name[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = b;
+  }
+  fs::create_directories(dir / "tokenizer");
+  write(dir / "tokenizer" / "tokenizer.json",
+        nlohmann::json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()},
+                                  {"byte_fallback", true}}}}
+            .dump());
+  const zero::text::Tokenizer tokenizer = zero::text::Tokenizer::load((dir / "tokenizer").string());
+  const fs::path array = dir / "data.json";
+  write(array, R"([{"instruction": "a", "output": 1e999}])");
+  expect_error(
+      "instruction data (array)", [&] { zero::finetune::read_instruction_data(array.string(), tokenizer, 64); },
+      array.string() + out_of_range);
+  const fs::path lines = dir / "data.jsonl";
+  write(lines, "{\"instruction\": \"a\", \"output\": \"b\"}\n{\"messages\": 1e999}\n");
+  expect_error(
+      "instruction data (JSONL)", [&] { zero::finetune::read_instruction_data(lines.string(), tokenizer, 64); },
+      lines.string() + ":2" + out_of_range);
   fs::remove_all(dir);
 }
 
