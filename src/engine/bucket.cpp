@@ -208,24 +208,30 @@ int64_t Bucket::secondary_bytes() const {
 
 at::Tensor Bucket::gradient_view(int param) const { return group_.flat_.view_of(grads_, param); }
 
+void Bucket::stage_gradients() {
+  if (grads_.defined()) return;
+  staging_ = group_.take_staging();
+  // Only the padding is zeroed here: every parameter's slot is written by its gradient, or zeroed
+  // by complete_with_zeros when it gets none (zeroing the whole bucket would be one more pass).
+  staging_.narrow(0, layout().numel, elements() - layout().numel).zero_();
+  grads_ = staging_.narrow(0, 0, elements());
+}
+
+void Bucket::on_complete() {
+  ++group_.completions_;
+  if (group_.sharded_ && !persistent()) release();  // gradients in: the unit's parameters can go
+}
+
 bool Bucket::grad_ready(int param) {
   if (group_.streamed()) {
     at::Tensor& p = const_cast<at::Tensor&>(group_.flat_.params()[static_cast<size_t>(param)]);
-    if (!grads_.defined()) staging_ = group_.take_staging();
-    if (!grads_.defined()) {
-      // Only the padding is zeroed here: every parameter's slot is written by its gradient, or
-      // zeroed by complete_with_zeros when it gets none (zeroing the whole bucket would be one
-      // more pass).
-      staging_.narrow(0, layout().numel, elements() - layout().numel).zero_();
-      grads_ = staging_.narrow(0, 0, elements());
-    }
+    stage_gradients();
     gradient_view(param).copy_(p.grad());
     p.mutable_grad().reset();  // the whole gradient lives only until it is in its bucket
   }
   // (In bucket buffers autograd accumulated through the .grad view: nothing to copy.)
   if (++arrived_ != static_cast<int>(layout().params.size())) return false;
-  ++group_.completions_;
-  if (group_.sharded_ && !persistent()) release();  // gradients in: the unit's parameters can go
+  on_complete();
   return true;
 }
 
@@ -233,18 +239,13 @@ bool Bucket::complete() const { return arrived_ == static_cast<int>(layout().par
 
 void Bucket::complete_with_zeros() {
   if (group_.streamed()) {
-    if (!grads_.defined()) {
-      staging_ = group_.take_staging();
-      staging_.narrow(0, layout().numel, elements() - layout().numel).zero_();
-      grads_ = staging_.narrow(0, 0, elements());
-    }
+    stage_gradients();
     for (int p : layout().params)
       if (!group_.arrived_[static_cast<size_t>(p)]) gradient_view(p).zero_();
   }
   // (In bucket buffers a gradient that never came is the buffer's zeros.)
   arrived_ = static_cast<int>(layout().params.size());
-  ++group_.completions_;
-  if (group_.sharded_ && !persistent()) release();
+  on_complete();
 }
 
 void Bucket::start_grad_sync() {
@@ -254,30 +255,27 @@ void Bucket::start_grad_sync() {
   Reduction& r = reduction_;
   r = Reduction{};
   r.wire = group_.to_wire(grads_);
+  if (!group_.streamed() && o.whole_buckets) {
+    r.work = comm.all_reduce(r.wire, ReduceOp::kSum, group_.collective());
+    return;
+  }
   r.shard = flat.shard(r.wire, index_, group_.rank_);
-  if (!group_.streamed()) {
-    if (o.whole_buckets) {
-      r.work = comm.all_reduce(r.wire, ReduceOp::kSum, group_.collective());
+  if (group_.streamed()) {
+    r.first = group_.first_since_zero_;
+    if (!group_.put_) r.accumulated = group_.accumulator_.narrow(0, layout().owned_offset, layout().shard);
+    // The first reduction since zero() replaces the accumulator's stale contents; an fp32 one is
+    // reduce-scattered straight into it (no copy out of the bucket, no add).
+    // (Not when the accumulator is in host memory and the bucket on a GPU, ZeRO-Offload: the
+    // shard is reduced on the device and comes down once.)
+    r.direct = !group_.put_ && r.first && o.reduce_scatter && r.wire.scalar_type() == at::kFloat &&
+               r.accumulated.device() == r.wire.device();
+    if (r.direct) {
+      r.work = comm.reduce_scatter(r.wire, r.accumulated, ReduceOp::kSum, group_.scatter());
       return;
     }
-    // Reduced straight into this rank's shard of the bucket itself. Either way this rank's shard
-    // of `wire` ends up reduced; reduce_scatter: false moves 2x the bytes.
-    r.work = o.reduce_scatter ? comm.reduce_scatter(r.wire, r.shard, ReduceOp::kSum, group_.scatter())
-                              : comm.all_reduce(r.wire, ReduceOp::kSum, group_.collective());
-    return;
   }
-  r.first = group_.first_since_zero_;
-  if (!group_.put_) r.accumulated = group_.accumulator_.narrow(0, layout().owned_offset, layout().shard);
-  // The first reduction since zero() replaces the accumulator's stale contents; an fp32 one is
-  // reduce-scattered straight into it (no copy out of the bucket, no add).
-  // (Not when the accumulator is in host memory and the bucket on a GPU, ZeRO-Offload: the shard
-  // is reduced on the device and comes down once.)
-  r.direct = !group_.put_ && r.first && o.reduce_scatter && r.wire.scalar_type() == at::kFloat &&
-             r.accumulated.device() == r.wire.device();
-  if (r.direct) {
-    r.work = comm.reduce_scatter(r.wire, r.accumulated, ReduceOp::kSum, group_.scatter());
-    return;
-  }
+  // Into this rank's shard of `wire` (in bucket buffers: of the bucket itself). Either way that
+  // shard ends up reduced; reduce_scatter: false moves 2x the bytes.
   r.work = o.reduce_scatter ? comm.reduce_scatter(r.wire, r.shard, ReduceOp::kSum, group_.scatter())
                             : comm.all_reduce(r.wire, ReduceOp::kSum, group_.collective());
 }

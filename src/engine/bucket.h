@@ -165,6 +165,8 @@ class Bucket {
   void wait_gather();  // kGathering -> kWhole
   at::Tensor buffer() const;
   at::Tensor gradient_view(int param) const;  // parameter `param`'s slot in the gradients
+  void stage_gradients();  // streamed: a staging buffer from the pool, unless it has one
+  void on_complete();      // every gradient is in (stage 3: the parameters go)
 
   BucketGroup& group_;
   int index_;
