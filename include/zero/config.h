@@ -213,6 +213,23 @@ struct CheckpointConfig {
   bool use_node_local_storage = false;
 };
 
+// DeepSpeed's AutoTP training block ("tensor_parallel": {"autotp_size": 2, ...}; the seed's
+// "tp_size" is the same key). The world is a grid of tensor-parallel groups of `size`
+// consecutive ranks, and ZeRO partitions each rank's slice of the model over its data-parallel
+// group: the ranks with the same place in their tensor-parallel groups (docs/tensor_parallel.md).
+struct TensorParallelLayerSpec {
+  std::vector<std::string> patterns;  // regular expressions over Hugging Face parameter names
+  bool row = false;                   // "row" (the input dimension split) or "column" (the output)
+};
+struct TensorParallelConfig {
+  int size = 1;               // 1: off
+  std::string preset_model;   // "llama", "mistral", "qwen2", or empty (the model's own layout)
+  bool use_default_specs = true;
+  std::vector<TensorParallelLayerSpec> layer_specs;
+  bool overlap_comm = false;  // tp_overlap_comm: accepted, has no effect (docs/tensor_parallel.md)
+  std::string key = "tensor_parallel.autotp_size";  // the key the file gave the size under, for errors
+};
+
 // What "auto" resolves from: the world, the model and the trainer's flags (HuggingFace's names).
 // A flag left empty leaves its "auto" keys unresolved, which resolve() reports as an error.
 struct AutoContext {
@@ -270,7 +287,9 @@ class Config {
   int64_t train_batch_size = 0;
   int64_t train_micro_batch_size_per_gpu = 0;
   int64_t gradient_accumulation_steps = 0;
-  int world_size = 0;  // the world size the triad was resolved against
+  // The data-parallel world size the triad was resolved against: the world size over the
+  // tensor-parallel size (DeepSpeed's train_batch_size counts data-parallel ranks only).
+  int world_size = 0;
 
   double gradient_clipping = 0;
   int64_t steps_per_print = 10;
@@ -287,6 +306,7 @@ class Config {
   Fp16Config fp16;
   bool bf16 = false;
   ZeroConfig zero;
+  TensorParallelConfig tensor_parallel;
   AioConfig aio;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

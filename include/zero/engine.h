@@ -101,6 +101,16 @@ struct ParamGroup {
   double weight_decay = 0;
 };
 
+// Tensor parallelism beside ZeRO (zero/tensor_parallel.h): the engine's world is then the
+// data-parallel group, and this names the tensor-parallel group and the parameters every member
+// of it holds whole and alike (norms, biases after a row-parallel layer). The gradient norm adds
+// each member's slices once and those parameters once; an fp16 overflow on any member skips the
+// step on all.
+struct TensorParallelOptions {
+  World* group = nullptr;  // null (or a group of one): no tensor parallelism
+  std::function<bool(const std::string& name)> replicated;
+};
+
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).
 struct LoadOptions {
   std::string tag;                    // empty: the tag in DIR/latest
@@ -114,7 +124,9 @@ class Engine {
  public:
   // `config` must be resolved (Config::from_file or resolve()) for world.size() ranks, and must
   // have an "optimizer" block. The module must outlive the engine.
-  Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups = {});
+  // With tensor parallelism, `world` is this rank's data-parallel group.
+  Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups = {},
+         const TensorParallelOptions& tensor_parallel = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -50,6 +50,10 @@ class World {
   std::unique_ptr<Communicator> inter_node();  // one rank per node: those with this local_rank
   // `ranks` lists world ranks; ranks not listed get nullptr. Every rank passes the same list.
   std::unique_ptr<Communicator> group(const std::vector<int>& ranks);
+  // The ranks that pass the same `color` as a World of their own, in this world's rank order,
+  // with their hosts and nodes (collective over this world: every rank calls it). Tensor
+  // parallelism's groups and data-parallel groups are such worlds (zero/tensor_parallel.h).
+  World split(int color);
 
  private:
   struct State;

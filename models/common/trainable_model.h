@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "zero/engine.h"
+
 namespace torch::nn {
 class Module;
 }
@@ -47,6 +49,8 @@ class TrainableModel {
   virtual nlohmann::json client_state() const = 0;
   // Collective: writes the trained weights to `path` in the model's own format.
   virtual void export_to(Engine& engine, World& world, const std::string& path) = 0;
+  // What the engine needs to know of the model's tensor-parallel split (none by default).
+  virtual TensorParallelOptions tensor_parallel() const { return {}; }
 };
 
 }  // namespace zero::models

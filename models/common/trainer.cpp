@@ -19,6 +19,7 @@
 #include "models/common/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
+#include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
 namespace zero::gpt {
@@ -157,7 +158,9 @@ namespace {
 // values), and how to build it once the config is known.
 struct ModelPlan {
   int64_t hidden_size = 0, vocab = 0, max_seq = 0;
-  std::function<std::unique_ptr<models::TrainableModel>(const Config&, World&)> build;
+  // Built over the data-parallel world (zero::Init partitions over it), with this rank's
+  // tensor-parallel group when the config asks for one.
+  std::function<std::unique_ptr<models::TrainableModel>(const Config&, World&, World* tensor_parallel)> build;
 };
 
 // --device: where the model trains; a GPU named without an index ("cuda") is the one of this
@@ -182,8 +185,8 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
     const llama::LlamaConfig& c = hf->config;
     const llama::LlamaExportOptions export_options{options.hf_max_shard_bytes};
     return {c.hidden_size, c.vocab_size, c.max_position_embeddings,
-            [&hf, export_options, on_cpu](const Config& config, World& w) {
-              return llama::make_llama(*hf, config, w, export_options, on_cpu);
+            [&hf, export_options, on_cpu](const Config& config, World& w, World* tensor_parallel) {
+              return llama::make_llama(*hf, config, w, export_options, on_cpu, tensor_parallel);
             }};
   }
   GptShape shape = options.shape;
@@ -194,15 +197,20 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
   if (shape.padded_vocab == 0) shape.padded_vocab = (shape.vocab + 63) / 64 * 64;
   const LlmcCheckpoint* init = checkpoint ? &*checkpoint : nullptr;
   return {shape.channels, shape.vocab, shape.max_seq,
-          [shape, init, path = options.init, on_cpu](const Config& config, World& w) {
+          [shape, init, path = options.init, on_cpu](const Config& config, World& w, World* tensor_parallel) {
+            if (tensor_parallel) {
+              throw Error("tensor parallelism is built for the Llama family (--model DIR), not the GPT",
+                          config.tensor_parallel.key);
+            }
             return make_gpt(shape, init, path, config, w, on_cpu);
           }};
 }
 
 }  // namespace
 
-TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE* out) {
-  if (world.rank() != 0) out = nullptr;
+TrainerResult train_model(const TrainerOptions& options, World& whole_world, std::FILE* out) {
+  if (whole_world.rank() != 0) out = nullptr;
+  World& world = whole_world;  // until the config says whether tensor parallelism splits it
   std::optional<LlmcCheckpoint> checkpoint;
   std::optional<llama::HfModel> hf;
   const at::Device device = training_device(options, world);
@@ -217,7 +225,17 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
   Data data = load_data(options, static_cast<int>(plan.vocab));
   const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
 
-  Config config = load_config(options, world, plan.hidden_size);
+  Config config = load_config(options, whole_world, plan.hidden_size);
+  // Tensor parallelism: the model is split over groups of tensor_parallel.autotp_size ranks, and
+  // from here on `data_parallel` is the world the engine, the data and the loss see.
+  std::optional<ParallelGrid> grid;
+  if (config.tensor_parallel.size > 1) {
+    if (!options.save_dir.empty() || !options.export_path.empty()) {
+      throw Error("checkpoints and exports with tensor parallelism are not built yet", config.tensor_parallel.key);
+    }
+    grid.emplace(whole_world, config.tensor_parallel.size);
+  }
+  World& data_parallel = grid ? grid->data_parallel() : whole_world;
   if (options.metrics_port >= 0) {
     config.prometheus.enabled = true;
     config.prometheus.port = options.metrics_port;
@@ -229,23 +247,28 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
     return_large_blocks();
   }
   torch::manual_seed(static_cast<uint64_t>(options.seed));
-  const std::unique_ptr<models::TrainableModel> built = plan.build(config, world);
+  const std::unique_ptr<models::TrainableModel> built =
+      plan.build(config, data_parallel, grid ? &grid->tensor_parallel() : nullptr);
   models::TrainableModel& model = *built;
   checkpoint.reset();  // the llm.c weights are in the model now
   model.set_checkpoint_every(options.checkpoint_every);
   model.module().to(device);  // before the engine is built, as DeepSpeed finds the model on its device
-  Engine engine(model.module(), config, world);
+  Engine engine(model.module(), config, data_parallel, {}, model.tensor_parallel());
   // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
   engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = model.flops_per_token(seq) * seq});
   // Each rank's peak RSS once the model is built and the engine holds it (stage 3 from a Hugging
   // Face directory: one layer whole at a time; bench/llama_load_memory.sh).
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
   const int64_t micro = config.train_micro_batch_size_per_gpu, accumulation = config.gradient_accumulation_steps;
-  Run run{options, world, model, engine, data, seq, config.train_batch_size / accumulation, device};
+  Run run{options, data_parallel, model, engine, data, seq, config.train_batch_size / accumulation, device};
 
   Report report(out, options.progress_bar, options.steps);
-  report.line(fmt::format("zero-train: {} rank{}, ZeRO stage {}, {} ({} parameters)", world.size(),
-                          world.size() == 1 ? "" : "s", config.zero.stage, model.describe(), model.parameters()));
+  report.line(fmt::format("zero-train: {} rank{}{}, ZeRO stage {}, {} ({} parameters)", world.size(),
+                          world.size() == 1 ? "" : "s",
+                          grid ? fmt::format(" (tensor-parallel {} x data-parallel {})", config.tensor_parallel.size,
+                                             data_parallel.size())
+                               : "",
+                          config.zero.stage, model.describe(), model.parameters()));
   report.line(
       fmt::format("zero-train: batch {} rows × {} tokens ({} per rank × {} micro-steps), {} steps, data {} "
                   "tokens{}",
@@ -295,7 +318,7 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
     double loss_sum = 0;
     for (int64_t m = 0; m < accumulation; ++m) {
       Batch global = data.train.batch(step * accumulation + m, run.global_rows, seq, options.shuffle);
-      Batch mine = data.train.rank_rows(global, world.rank(), world.size());
+      Batch mine = data.train.rank_rows(global, data_parallel.rank(), data_parallel.size());
       at::Tensor x = to_tensor(mine.inputs, micro, seq, run.device), y = to_tensor(mine.targets, micro, seq, run.device);
       at::Tensor loss = engine.forward([&] { return model.loss(x, y); });
       engine.backward(loss);
@@ -304,8 +327,9 @@ TrainerResult train_model(const TrainerOptions& options, World& world, std::FILE
     }
     // One small all-reduce gives the mean loss and whether any rank was asked to stop.
     at::Tensor shared = torch::tensor(
-        {loss_sum / static_cast<double>(accumulation * world.size()), stop_requested() ? 1.0 : 0.0}, torch::kDouble);
-    world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
+        {loss_sum / static_cast<double>(accumulation * data_parallel.size()), stop_requested() ? 1.0 : 0.0},
+        torch::kDouble);
+    data_parallel.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepLog log{step + 1,
                 shared[0].item<double>(),

@@ -182,6 +182,9 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
   const int64_t warmup = trainer_warmup_steps(args, max_steps);
   bool trainer_optimizer = false;
   Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes, trainer_optimizer);
+  if (config.tensor_parallel.size > 1) {
+    throw Error("zero-finetune does not run tensor parallelism yet (zero-train --model does)", config.tensor_parallel.key);
+  }
   if (config.zero.offload_optimizer.device == OffloadDevice::kNvme || config.zero.offload_param.device == OffloadDevice::kNvme)
     return_large_blocks();  // resident memory is the point (as zero-train)
   gpt::Report report(out, args.progress_bar, max_steps);

@@ -30,6 +30,17 @@ class FileWeights : public WeightSource {
     found.file->release(*found.tensor);
     return out;
   }
+  // Only the slice's bytes are copied out of the mapping (a row slice is one contiguous range).
+  at::Tensor get_slice(const HfTensor& t, at::ScalarType dtype, int64_t dim, int64_t start, int64_t length) override {
+    const auto found = model_.weights->find(t.name);
+    if (!found.file) throw Error(model_.dir + ": no tensor " + t.name, t.name);
+    const at::Tensor mapped =
+        at::from_blob(const_cast<void*>(found.file->data(*found.tensor)), t.shape,
+                      at::TensorOptions().dtype(scalar_type_of(found.tensor->dtype)));
+    at::Tensor out = mapped.narrow(dim, start, length).to(dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    found.file->release(*found.tensor);
+    return out;
+  }
 
  private:
   const HfModel& model_;

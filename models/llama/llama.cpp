@@ -5,9 +5,12 @@
 
 #include <cmath>
 
+#include <fmt/core.h>
+
 #include "zero/activation_checkpoint.h"
 #include "zero/compute.h"
 #include "zero/error.h"
+#include "zero/tensor_parallel.h"
 
 namespace zero::llama {
 namespace {
@@ -76,11 +79,23 @@ at::Tensor inverse_frequencies(const LlamaConfig& c) {
 
 std::unique_ptr<WeightSource> random_weights() { return std::make_unique<RandomWeights>(); }
 
+at::Tensor WeightSource::get_slice(const HfTensor& tensor, at::ScalarType dtype, int64_t dim, int64_t start,
+                                   int64_t length) {
+  return get(tensor, dtype).narrow(dim, start, length).contiguous().clone();
+}
+
 Weights::Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors,
-                 at::ScalarType dtype) {
-  weight = register_parameter("weight", source.get(find_tensor(tensors, prefix + "weight"), dtype));
-  if (has_tensor(tensors, prefix + "bias"))
-    bias = register_parameter("bias", source.get(find_tensor(tensors, prefix + "bias"), dtype));
+                 at::ScalarType dtype, const TensorParallelPlace& place, Split split) {
+  // The dimension this rank holds a slice of: the output features (column-parallel, and the
+  // vocabulary's rows), or the input features (row-parallel; its bias stays whole).
+  auto load = [&](const HfTensor& t, bool is_bias) {
+    const int dim = split == Split::kRow ? (is_bias ? -1 : 1) : split == Split::kWhole ? -1 : 0;
+    if (dim < 0 || place.size == 1) return source.get(t, dtype);
+    const SliceRange r = slice_range(t.shape[static_cast<size_t>(dim)], place.rank, place.size);
+    return source.get_slice(t, dtype, dim, r.start, r.length);
+  };
+  weight = register_parameter("weight", load(find_tensor(tensors, prefix + "weight"), false));
+  if (has_tensor(tensors, prefix + "bias")) bias = register_parameter("bias", load(find_tensor(tensors, prefix + "bias"), true));
 }
 
 RotaryTables::RotaryTables(const LlamaConfig& config) : inv_freq_(inverse_frequencies(config)) {}
@@ -104,28 +119,40 @@ std::pair<at::Tensor, at::Tensor> RotaryTables::cos_sin(int64_t seq, at::ScalarT
 }
 
 LlamaAttention::LlamaAttention(const LlamaConfig&, WeightSource& source, const std::vector<HfTensor>& tensors,
-                               int layer, at::ScalarType dtype) {
+                               int layer, at::ScalarType dtype, const TensorParallelPlace& place) {
   const std::string p = layer_prefix(layer) + "self_attn.";
-  q_proj = register_module("q_proj", std::make_shared<Weights>(source, p + "q_proj.", tensors, dtype));
-  k_proj = register_module("k_proj", std::make_shared<Weights>(source, p + "k_proj.", tensors, dtype));
-  v_proj = register_module("v_proj", std::make_shared<Weights>(source, p + "v_proj.", tensors, dtype));
-  o_proj = register_module("o_proj", std::make_shared<Weights>(source, p + "o_proj.", tensors, dtype));
+  auto make = [&](const char* name, Split split) {
+    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place, split));
+  };
+  q_proj = make("q_proj", Split::kColumn);
+  k_proj = make("k_proj", Split::kColumn);
+  v_proj = make("v_proj", Split::kColumn);
+  o_proj = make("o_proj", Split::kRow);
 }
 
-LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype) {
+LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
+                   const TensorParallelPlace& place) {
   const std::string p = layer_prefix(layer) + "mlp.";
-  gate_proj = register_module("gate_proj", std::make_shared<Weights>(source, p + "gate_proj.", tensors, dtype));
-  up_proj = register_module("up_proj", std::make_shared<Weights>(source, p + "up_proj.", tensors, dtype));
-  down_proj = register_module("down_proj", std::make_shared<Weights>(source, p + "down_proj.", tensors, dtype));
+  auto make = [&](const char* name, Split split) {
+    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place, split));
+  };
+  gate_proj = make("gate_proj", Split::kColumn);
+  up_proj = make("up_proj", Split::kColumn);
+  down_proj = make("down_proj", Split::kRow);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
-                                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype)
-    : config(c), rope(std::move(r)) {
+                                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
+                                     const TensorParallelPlace& tp)
+    : config(c),
+      rope(std::move(r)),
+      place(tp),
+      heads(c.num_attention_heads / tp.size),
+      kv_heads(c.num_key_value_heads / tp.size) {
   // Registration order is transformers' (the engine lays buckets out from it).
   const std::string p = layer_prefix(layer);
-  self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, source, tensors, layer, dtype));
-  mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, layer, dtype));
+  self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, source, tensors, layer, dtype, tp));
+  mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, layer, dtype, tp));
   input_layernorm =
       register_module("input_layernorm", std::make_shared<Weights>(source, p + "input_layernorm.", tensors, dtype));
   post_attention_layernorm = register_module(
@@ -134,8 +161,17 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<Rotar
 
 at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
-  const int64_t H = config.num_attention_heads, KV = config.num_key_value_heads, D = config.head_dim, G = H / KV;
-  const at::Tensor h = rms_norm(x, input_layernorm->weight, config.rms_norm_eps);
+  const int64_t H = heads, KV = kv_heads, D = config.head_dim, G = H / KV;
+  // Under tensor parallelism each block's input enters whole and its column-parallel layers make
+  // this rank's heads (and MLP features); the row-parallel output's partial sums are added over
+  // the group before the residual (and its bias after the sum).
+  auto enter = [&](const at::Tensor& t) { return place.group ? copy_to_tensor_parallel(t, *place.group) : t; };
+  auto leave = [&](const at::Tensor& t, const Weights& w) {
+    if (!place.group) return linear(t, w);
+    const at::Tensor partial = reduce_from_tensor_parallel(zero::linear(t, w.weight, at::Tensor()), *place.group);
+    return w.bias.defined() ? partial + compute(w.bias) : partial;
+  };
+  const at::Tensor h = enter(rms_norm(x, input_layernorm->weight, config.rms_norm_eps));
   const auto [cos, sin] = rope->cos_sin(T, h.scalar_type(), h.device());
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
   at::Tensor q = heads(linear(h, *self_attn->q_proj), H), k = heads(linear(h, *self_attn->k_proj), KV);
@@ -143,9 +179,9 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   q = q * cos + rotate_half(q) * sin;  // [B, H, T, D], contiguous
   k = k * cos + rotate_half(k) * sin;
   const at::Tensor attended = attention(q, k, v, T, G, x.device());
-  const at::Tensor y = x + linear(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
-  const at::Tensor n2 = rms_norm(y, post_attention_layernorm->weight, config.rms_norm_eps);
-  return y + linear(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
+  const at::Tensor y = x + leave(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
+  const at::Tensor n2 = enter(rms_norm(y, post_attention_layernorm->weight, config.rms_norm_eps));
+  return y + leave(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
 }
 
 // Causal grouped-query attention of q [B, H, T, D] over k, v [B, KV, T, D] → [B, H, T, D].
@@ -174,22 +210,45 @@ at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k
   return probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype) {
+LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp) {
   const std::vector<HfTensor> tensors = llama_tensors(c);
-  embed_tokens = register_module("embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype));
+  embed_tokens = register_module(
+      "embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype, tp, Split::kVocabulary));
   layer_list = register_module("layers", std::make_shared<torch::nn::Module>());
   auto rope = std::make_shared<RotaryTables>(c);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     layers.push_back(layer_list->register_module(
-        std::to_string(l), std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype)));
+        std::to_string(l), std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp)));
   }
   norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
 }
 
-LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::ScalarType dtype) : config(std::move(c)) {
-  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype));
+namespace {
+
+// Attention heads and key/value heads split evenly over the group, or an error naming both numbers.
+void check_heads_split(const LlamaConfig& c, int size) {
+  for (const auto& [key, heads] : {std::pair<const char*, int64_t>{"num_attention_heads", c.num_attention_heads},
+                                   {"num_key_value_heads", c.num_key_value_heads}}) {
+    if (heads % size == 0) continue;
+    throw Error(fmt::format("tensor parallelism over {} ranks: {} {} does not split into {} equal parts{}", size,
+                            key, heads, size,
+                            heads < size ? " (zerocpp does not replicate key/value heads across a group yet)" : ""),
+                "tensor_parallel.autotp_size");
+  }
+}
+
+}  // namespace
+
+LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::ScalarType dtype,
+                                   const TensorParallelPlace& tp)
+    : config(std::move(c)), place(tp) {
+  if (place.size > 1) check_heads_split(config, place.size);
+  if (place.size == 1) place.group = nullptr;
+  vocab_start = slice_range(config.vocab_size, place.rank, place.size).start;
+  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place));
   if (!config.tie_word_embeddings) {
-    lm_head = register_module("lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype));
+    lm_head = register_module(
+        "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place, Split::kVocabulary));
   }
 }
 
@@ -197,28 +256,60 @@ const at::Tensor& LlamaForCausalLM::output_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
-at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
+bool LlamaForCausalLM::replicated_under_tensor_parallel(const std::string& name) {
+  auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with("layernorm.weight") || name == "model.norm.weight" || ends_with("o_proj.bias") ||
+         ends_with("down_proj.bias");
+}
+
+at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   if (T > config.max_position_embeddings) {
     throw Error("a sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings " +
                     std::to_string(config.max_position_embeddings),
                 "max_position_embeddings");
   }
-  namespace F = torch::nn::functional;
-  F::EmbeddingFuncOptions lookup;
-  if (config.pad_token_id >= 0) lookup.padding_idx(config.pad_token_id);
-  at::Tensor x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
+  at::Tensor x;
+  if (place.group) {
+    x = vocab_parallel_embedding(tokens, compute(model->embed_tokens->weight), vocab_start, *place.group,
+                                 config.pad_token_id);
+  } else {
+    namespace F = torch::nn::functional;
+    F::EmbeddingFuncOptions lookup;
+    if (config.pad_token_id >= 0) lookup.padding_idx(config.pad_token_id);
+    x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
+  }
   x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every);
-  x = rms_norm(x, model->norm->weight, config.rms_norm_eps);
-  return zero::linear(x, output_weight());
+  return rms_norm(x, model->norm->weight, config.rms_norm_eps);
+}
+
+at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
+  if (place.group) {
+    throw Error("the whole vocabulary's logits are not gathered under tensor parallelism (the loss does without them)",
+                "tensor_parallel.autotp_size");
+  }
+  return zero::linear(hidden(tokens), output_weight());
 }
 
 at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  if (place.group) {
+    // Each rank's logits for its slice of the vocabulary: [B·T, V/tp], never the whole [B·T, V].
+    const at::Tensor logits = zero::linear(copy_to_tensor_parallel(hidden(tokens), *place.group), output_weight());
+    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
+                                        *place.group, /*mean=*/true);
+  }
   const at::Tensor logits = forward(tokens);
   return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1));
 }
 
 at::Tensor LlamaForCausalLM::loss_sum(const at::Tensor& tokens, const at::Tensor& targets) {
+  if (place.group) {
+    const at::Tensor logits = zero::linear(copy_to_tensor_parallel(hidden(tokens), *place.group), output_weight());
+    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
+                                        *place.group, /*mean=*/false, -100);
+  }
   const at::Tensor logits = forward(tokens);
   return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1), {},
                                    at::Reduction::Sum, -100);

@@ -26,6 +26,10 @@
 #include "models/llama/llama_config.h"
 #include "zero/unit.h"
 
+namespace zero {
+class Communicator;
+}
+
 namespace zero::llama {
 
 // Where a model's weights come from while it is built: a tensor of the given name and shape, as
@@ -34,7 +38,24 @@ class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual at::Tensor get(const HfTensor& tensor, at::ScalarType dtype) = 0;
+  // Elements [start, start + length) of dimension `dim` (a tensor-parallel slice); by default cut
+  // from get(), which a source that can read less overrides.
+  virtual at::Tensor get_slice(const HfTensor& tensor, at::ScalarType dtype, int64_t dim, int64_t start,
+                               int64_t length);
 };
+
+// Tensor parallelism (zero/tensor_parallel.h): this rank's place in its group. Column-parallel
+// (q/k/v, gate/up: a slice of the output features, biases with them) and row-parallel (o, down: a
+// slice of the input features; their biases whole, added after the sum) as Megatron splits them;
+// attention and key/value heads split across the group; the embedding and lm_head split along the
+// vocabulary. Norms are whole on every member.
+struct TensorParallelPlace {
+  Communicator* group = nullptr;  // null: the whole model
+  int rank = 0, size = 1;
+};
+
+// Which way a weight is split over the tensor-parallel group.
+enum class Split { kWhole, kColumn, kRow, kVocabulary };
 
 // Random weights from torch's global generator (every rank seeded alike draws the same):
 // matrices normal(0, 0.02), norms 1, biases 0 — transformers' _init_weights.
@@ -42,7 +63,8 @@ std::unique_ptr<WeightSource> random_weights();
 
 // A weight (and bias) as stored: a module so that the names come out as transformers' do.
 struct Weights : torch::nn::Module {
-  Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors, at::ScalarType dtype);
+  Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors, at::ScalarType dtype,
+          const TensorParallelPlace& place = {}, Split split = Split::kWhole);
   at::Tensor weight, bias;  // bias undefined when the layer has none
 };
 
@@ -61,31 +83,35 @@ class RotaryTables {
 
 struct LlamaAttention : torch::nn::Module {
   LlamaAttention(const LlamaConfig& c, WeightSource& source, const std::vector<HfTensor>& tensors, int layer,
-                 at::ScalarType dtype);
+                 at::ScalarType dtype, const TensorParallelPlace& place);
   std::shared_ptr<Weights> q_proj, k_proj, v_proj, o_proj;
 };
 
 struct LlamaMlp : torch::nn::Module {
-  LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype);
+  LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
+           const TensorParallelPlace& place);
   std::shared_ptr<Weights> gate_proj, up_proj, down_proj;
 };
 
 struct LlamaDecoderLayer : torch::nn::Module {
   LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, WeightSource& source,
-                    const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype);
+                    const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
+                    const TensorParallelPlace& place = {});
   at::Tensor forward(const at::Tensor& x);
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T, int64_t G,
                        at::Device device) const;
 
   const LlamaConfig& config;
   std::shared_ptr<RotaryTables> rope;
+  TensorParallelPlace place;
+  int64_t heads = 0, kv_heads = 0;  // this rank's (all of them without tensor parallelism)
   std::shared_ptr<Weights> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
   std::shared_ptr<LlamaMlp> mlp;
 };
 
 struct LlamaModel : torch::nn::Module {
-  LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype);
+  LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& place);
   std::shared_ptr<Weights> embed_tokens, norm;
   std::shared_ptr<torch::nn::Module> layer_list;  // registered as "layers": "0", "1", ...
   std::vector<std::shared_ptr<zero::Unit<LlamaDecoderLayer>>> layers;
@@ -94,19 +120,32 @@ struct LlamaModel : torch::nn::Module {
 struct LlamaForCausalLM : torch::nn::Module {
   // Built in `dtype` (the training dtype: no second copy when the engine takes it). Inside a
   // zero::Init scope each decoder layer is partitioned as soon as it is built.
-  LlamaForCausalLM(LlamaConfig config, WeightSource& source, at::ScalarType dtype = at::kFloat);
+  // With tensor parallelism (`place.group`), each rank builds its slices only; throws naming the
+  // numbers when the heads do not split evenly.
+  LlamaForCausalLM(LlamaConfig config, WeightSource& source, at::ScalarType dtype = at::kFloat,
+                   const TensorParallelPlace& place = {});
   // tokens [B, T] (int64, T <= max_position_embeddings) → logits [B, T, V] (fp32 under fp16).
+  // Not under tensor parallelism (the loss never gathers the whole vocabulary's logits).
   at::Tensor forward(const at::Tensor& tokens);
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
   // The cross-entropy summed over targets that are not -100 (ignored as transformers' labels).
   at::Tensor loss_sum(const at::Tensor& tokens, const at::Tensor& targets);
   // The lm_head weight: its own, or the embedding when tied.
   const at::Tensor& output_weight() const;
+  // The parameters (by the engine's names) every member of a tensor-parallel group holds whole
+  // and alike: the norms, and the biases added after a row-parallel layer's sum.
+  static bool replicated_under_tensor_parallel(const std::string& name);
+
+  TensorParallelPlace place;
+  int64_t vocab_start = 0;  // the first token of this rank's slice of the vocabulary
 
   LlamaConfig config;
   std::shared_ptr<LlamaModel> model;
   std::shared_ptr<Weights> lm_head;  // null when tied
   int64_t checkpoint_every = 0;      // activation checkpointing, as the GPT's
+
+ private:
+  at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden]
 };
 
 }  // namespace zero::llama

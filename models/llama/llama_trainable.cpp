@@ -11,8 +11,13 @@ namespace {
 
 class LlamaTrainable : public models::TrainableModel {
  public:
-  LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options)
-      : model_(hf.config, weights, dtype), config_json_(hf.config_json), source_dir_(hf.dir), options_(options) {}
+  LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options,
+                 World* tensor_parallel)
+      : model_(hf.config, weights, dtype, place_in(tensor_parallel)),
+        config_json_(hf.config_json),
+        source_dir_(hf.dir),
+        options_(options),
+        tensor_parallel_(tensor_parallel) {}
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
   at::Tensor loss_sum(const at::Tensor& x, const at::Tensor& y) override { return model_.loss_sum(x, y); }
@@ -37,6 +42,9 @@ class LlamaTrainable : public models::TrainableModel {
   nlohmann::json client_state() const override {
     return {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
   }
+  TensorParallelOptions tensor_parallel() const override {
+    return {.group = tensor_parallel_, .replicated = &LlamaForCausalLM::replicated_under_tensor_parallel};
+  }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_, {path, source_dir_, options_.max_shard_bytes}, world);
   }
@@ -46,6 +54,12 @@ class LlamaTrainable : public models::TrainableModel {
   nlohmann::ordered_json config_json_;
   std::string source_dir_;
   LlamaExportOptions options_;
+  World* tensor_parallel_;
+
+  static TensorParallelPlace place_in(World* group) {
+    if (!group) return {};
+    return {.group = &group->communicator(), .rank = group->rank(), .size = group->size()};
+  }
 };
 
 }  // namespace
@@ -65,14 +79,15 @@ double llama_flops_per_token(const LlamaConfig& c, int64_t seq) {
 }
 
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
-                                                   const LlamaExportOptions& export_options, bool partitioned) {
+                                                   const LlamaExportOptions& export_options, bool partitioned,
+                                                   World* tensor_parallel) {
   // Stage 3: every rank reads every layer from the mapped files and keeps its shard (zero::Init),
   // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
   // holds the weights, as DeepSpeed does.
   const auto weights = file_weights(hf);
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
-  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options);
+  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, tensor_parallel);
 }
 
 }  // namespace zero::llama

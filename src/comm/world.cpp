@@ -62,7 +62,11 @@ struct World::State {
   std::vector<std::string> hosts;  // by rank
   std::vector<int> node_of;        // by rank
   bool distributed = false;
+  MPI_Comm mpi = MPI_COMM_NULL;  // the communicator's own handle (distributed worlds), for split()
+  CommunicatorOptions options;
   std::unique_ptr<Communicator> world;
+  void place_on_nodes(const std::vector<std::string>& keys);
+  void connect(MPI_Comm comm, const CommunicatorOptions& options);
   ~State() {
     world.reset();  // free the communicator before MPI goes away
     if (distributed) release_mpi();
@@ -116,28 +120,71 @@ World World::from_environment(const CommunicatorOptions& options) {
   MPI_Get_processor_name(names.data() + static_cast<size_t>(state->rank) * MPI_MAX_PROCESSOR_NAME, &length);
   MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, world_comm);
   const int per_node = env_int("ZERO_RANKS_PER_NODE", 0);
-  std::map<std::string, int> node_index;  // nodes numbered in order of their lowest rank
+  std::vector<std::string> keys;
   for (int r = 0; r < state->size; ++r) {
-    std::string host(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-    const std::string key = per_node > 0 ? std::to_string(r / per_node) : host;
-    const int node = node_index.emplace(key, static_cast<int>(node_index.size())).first->second;
-    state->hosts.push_back(std::move(host));
-    state->node_of.push_back(node);
+    state->hosts.emplace_back(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    keys.push_back(per_node > 0 ? std::to_string(r / per_node) : state->hosts.back());
   }
-  state->node = state->node_of[static_cast<size_t>(state->rank)];
-  state->num_nodes = static_cast<int>(node_index.size());
-  for (int r = 0; r < state->size; ++r) {
-    if (state->node_of[static_cast<size_t>(r)] != state->node) continue;
-    if (r < state->rank) ++state->local_rank;
-    state->local_size += r == state->rank ? 0 : 1;
+  state->place_on_nodes(keys);
+  state->connect(world_comm, options);
+  return World(std::move(state));
+}
+
+// Nodes from each rank's node key (its host, or its block of ZERO_RANKS_PER_NODE ranks),
+// numbered in order of their lowest rank, and this rank's place on its node.
+void World::State::place_on_nodes(const std::vector<std::string>& keys) {
+  std::map<std::string, int> node_index;
+  node_of.clear();
+  for (const std::string& key : keys)
+    node_of.push_back(node_index.emplace(key, static_cast<int>(node_index.size())).first->second);
+  node = node_of[static_cast<size_t>(rank)];
+  num_nodes = static_cast<int>(node_index.size());
+  local_rank = 0;
+  local_size = 0;
+  for (int r = 0; r < size; ++r) {
+    if (node_of[static_cast<size_t>(r)] != node) continue;
+    if (r < rank) ++local_rank;
+    ++local_size;
   }
-  auto flat = std::make_unique<comm_detail::MpiCommunicator>(world_comm, options);
+}
+
+// The world's communicator over `comm`: exchanges within and across nodes when the world spans
+// several, MPI's own collectives otherwise (or with ZERO_FLAT_COLLECTIVES=1).
+void World::State::connect(MPI_Comm comm, const CommunicatorOptions& with_options) {
+  mpi = comm;
+  options = with_options;
+  auto flat = std::make_unique<comm_detail::MpiCommunicator>(comm, with_options);
   const char* flat_only = std::getenv("ZERO_FLAT_COLLECTIVES");
-  if (state->num_nodes > 1 && !(flat_only && std::string(flat_only) == "1")) {
-    state->world = std::make_unique<comm_detail::HierarchicalCommunicator>(std::move(flat), state->node_of);
+  if (num_nodes > 1 && !(flat_only && std::string(flat_only) == "1")) {
+    world = std::make_unique<comm_detail::HierarchicalCommunicator>(std::move(flat), node_of);
   } else {
-    state->world = std::move(flat);
+    world = std::move(flat);
   }
+}
+
+World World::split(int color) {
+  if (!state_->distributed) {
+    World one = single_process();
+    one.state_->hosts = state_->hosts;
+    return one;
+  }
+  std::vector<int> colors(static_cast<size_t>(state_->size));
+  MPI_Allgather(&color, 1, MPI_INT, colors.data(), 1, MPI_INT, state_->mpi);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_split(state_->mpi, color, state_->rank, &comm);
+  acquire_mpi();
+  auto state = std::make_unique<State>();
+  state->distributed = true;
+  std::vector<std::string> keys;  // the members' nodes, as this world placed them
+  for (int r = 0; r < state_->size; ++r) {
+    if (colors[static_cast<size_t>(r)] != color) continue;
+    if (r == state_->rank) state->rank = static_cast<int>(keys.size());  // its place among the members
+    state->hosts.push_back(state_->hosts[static_cast<size_t>(r)]);
+    keys.push_back(std::to_string(state_->node_of[static_cast<size_t>(r)]));
+  }
+  state->size = static_cast<int>(keys.size());
+  state->place_on_nodes(keys);
+  state->connect(comm, state_->options);
   return World(std::move(state));
 }
 

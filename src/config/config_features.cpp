@@ -62,22 +62,6 @@ void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
   if (root.raw("sparse_attention")) {
     diag.problem("sparse_attention", "sparse attention is not supported by zerocpp (its models attend densely)");
   }
-  // DeepSpeed 0.16.4's AutoTP training; earlier versions ignore the block.
-  ObjectReader tp = root.child("tensor_parallel", UnknownKeys::kIgnore);
-  if (tp.get_int("autotp_size", 0, 0) > 1) {
-    diag.problem("tensor_parallel.autotp_size", "tensor parallelism is not supported by zerocpp");
-  }
-  if (tp.get_int("tp_size", 1, 1) > 1) {
-    diag.problem("tensor_parallel.tp_size", "tensor parallelism is not supported by zerocpp");
-  }
-  for (const char* sub : {"tp", "tensor_parallel"}) {
-    ObjectReader inner = tp.child(sub, UnknownKeys::kIgnore);
-    if (inner.get_int("tp_size", 1, 1) > 1) {
-      diag.problem(inner.path_of("tp_size"), "tensor parallelism is not supported by zerocpp");
-    }
-    inner.finish();
-  }
-  tp.finish();
   // Not a DeepSpeed key, but what a Megatron-style file asking for pipeline stages says.
   ObjectReader pp = root.child("pipeline_parallel", UnknownKeys::kIgnore);
   if (pp.get_int("pp_size", 1, 1) > 1) {

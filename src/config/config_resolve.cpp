@@ -158,8 +158,17 @@ void Config::resolve(const AutoContext& ctx) {
   }
   const bool micro_auto =
       std::find(autos_.begin(), autos_.end(), "train_micro_batch_size_per_gpu") != autos_.end();
-  resolve_triad(*this, tbs, micro, gas, ctx.world_size, micro_auto, diag);
-  world_size = ctx.world_size;
+  // Tensor parallelism: the batch is counted over data-parallel ranks, as DeepSpeed counts it.
+  int data_parallel = ctx.world_size;
+  if (tensor_parallel.size > 1) {
+    if (ctx.world_size % tensor_parallel.size != 0) {
+      diag.problem(tensor_parallel.key, std::to_string(tensor_parallel.size) + " does not divide the world size " +
+                                            std::to_string(ctx.world_size));
+    }
+    data_parallel = std::max(1, ctx.world_size / tensor_parallel.size);
+  }
+  resolve_triad(*this, tbs, micro, gas, data_parallel, micro_auto, diag);
+  world_size = data_parallel;
   // DeepSpeed asserts the same when it builds hpZ's groups.
   if (zero.stage == 3 && zero.zero_hpz_partition_size > 1 && world_size % zero.zero_hpz_partition_size != 0) {
     diag.problem("zero_optimization.zero_hpz_partition_size",

@@ -14,6 +14,7 @@ void read_optimizer(ObjectReader& root, OptimizerConfig& optimizer, Diagnostics&
 void read_scheduler(ObjectReader& root, SchedulerConfig& scheduler, Diagnostics& diag);
 void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag);  // monitors, profilers, checkpoint
 void read_unsupported_features(ObjectReader& root, Diagnostics& diag);
+void read_tensor_parallel(ObjectReader& root, TensorParallelConfig& tensor_parallel, Diagnostics& diag);
 // data_types.grad_accum_dtype, with DeepSpeed's spellings (fp16, float16, half, torch.float16, ...).
 CommDType read_grad_accum_dtype(ObjectReader& data_types, Diagnostics& diag);
 // Rules that involve more than one block (fp16 with bf16, offload with stage, ...). Switches off

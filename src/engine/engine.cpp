@@ -202,7 +202,8 @@ std::vector<std::string> unhonoured_settings(const Config& c, bool on_gpu) {
 
 }  // namespace
 
-Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups) {
+Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups,
+               const TensorParallelOptions& tensor_parallel) {
   check_config(config, world);
   optim::limit_simd(std::getenv("ZERO_SIMD"));  // before the first kernel runs
   // The model trains where its parameters are (moved there before the engine is built, as
@@ -261,6 +262,12 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     std::unordered_map<const void*, std::string> name_of;  // a tied parameter keeps its first name
     for (const auto& item : model.named_parameters()) name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
     for (const auto& p : params) s.param_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
+  }
+  if (tensor_parallel.group && tensor_parallel.group->size() > 1) {
+    s.tensor_parallel = tensor_parallel.group;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (tensor_parallel.replicated && tensor_parallel.replicated(s.param_names[i]))
+        s.replicated_params.push_back(static_cast<int>(i));
   }
   const bool stage3 = config.zero.stage == 3;
   engine::UnitMap units;
@@ -467,12 +474,16 @@ void Engine::apply_step() {
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
   // sub_group_size elements (DeepSpeed's unit of the step). It is not finite exactly when some
   // gradient is not: the fp16 overflow check reads it too.
-  const double sum_of_squares = s.partition->sum_of_squares(grads);
+  double sum_of_squares = s.partition->sum_of_squares(grads);
+  // Tensor parallelism: the parameters every member holds alike count on the first member only.
+  if (s.tensor_parallel && s.tensor_parallel->rank() != 0)
+    sum_of_squares -= s.partition->sum_of_squares_of(grads, s.replicated_params);
   if (s.config.fp16.enabled) {
     // Overflow anywhere skips the step everywhere.
     const bool finite = std::isfinite(sum_of_squares);
     at::Tensor overflow = at::full({1}, finite ? 0 : 1, at::kInt);
     s.comm.all_reduce(overflow, ReduceOp::kMax, {.async = false});
+    if (s.tensor_parallel) s.tensor_parallel->communicator().all_reduce(overflow, ReduceOp::kMax, {.async = false});
     if (overflow.item<int>() != 0) {
       s.scaler.update(true);
       ++s.skipped_steps;
@@ -485,6 +496,7 @@ void Engine::apply_step() {
   // holds them all.
   at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);
   if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
+  if (s.tensor_parallel) s.tensor_parallel->communicator().all_reduce(squares, ReduceOp::kSum, {.async = false});
   const double scaled_norm = std::sqrt(squares.item<double>()) * average;
   s.grad_norm = scaled_norm / loss_scale();
   // Average, unscale and clip in one multiplication (DeepSpeed folds the last two).

@@ -69,6 +69,12 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
                                     const std::string& client_state) {
   State& s = *state_;
   const int rank = s.world.rank();
+  // Every member of a tensor-parallel group would write (and read) the same files.
+  if (s.tensor_parallel) {
+    throw Error("checkpoints with tensor parallelism are not built yet: each tensor-parallel rank's slices need "
+                "files of their own",
+                "tensor_parallel.autotp_size", rank);
+  }
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
   check_tag(tag);
   const json client = json::parse(client_state, nullptr, false);
@@ -189,6 +195,12 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
   State& s = *state_;
   const int rank = s.world.rank();
+  // Every member of a tensor-parallel group would write (and read) the same files.
+  if (s.tensor_parallel) {
+    throw Error("checkpoints with tensor parallelism are not built yet: each tensor-parallel rank's slices need "
+                "files of their own",
+                "tensor_parallel.autotp_size", rank);
+  }
   if (!options.tag.empty()) check_tag(options.tag);
   std::unique_ptr<checkpoint::CheckpointReader> reader;
   std::string error;

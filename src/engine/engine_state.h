@@ -41,6 +41,10 @@ struct Engine::State {
   double grad_norm = 0;
   std::vector<std::string> warnings;
   std::vector<std::string> param_names;  // of flat->params(), from the module (checkpoints)
+  // Tensor parallelism: the group, and the parameters (indices into flat->params()) that every
+  // member holds whole, which the gradient norm counts on the group's first member only.
+  World* tensor_parallel = nullptr;
+  std::vector<int> replicated_params;
   torch::nn::Module* model = nullptr;
   bool no_sync = false;             // inside a NoSync
   bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync

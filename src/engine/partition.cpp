@@ -227,6 +227,18 @@ double Partition::sum_of_squares(const at::Tensor& grads) const {
   return sum;
 }
 
+double Partition::sum_of_squares_of(const at::Tensor& grads, const std::vector<int>& params) const {
+  if (params.empty()) return 0;
+  if (!grads.defined()) throw Error("gradients on NVMe with tensor parallelism are not supported yet", "offload_optimizer");
+  double sum = 0;
+  for (int p : params) {
+    if (const auto f = flat_.layout().fragment(p, owner_rank_)) {
+      sum += grads.narrow(0, f->owned_offset, f->param_end - f->param_begin).to(at::kDouble).square().sum().item<double>();
+    }
+  }
+  return sum;
+}
+
 void Partition::step(const at::Tensor& grads, const optim::StepParams& params) {
   if (!swap_) {
     optimizer_->step(master_, grads, params);

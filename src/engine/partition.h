@@ -93,6 +93,8 @@ class Partition {
   // The local sum of squares of `grads` (owned, fp32), bucket shard by bucket shard; not finite
   // exactly when some gradient is not. `grads` undefined: those on NVMe.
   double sum_of_squares(const at::Tensor& grads) const;
+  // The part of that sum from the fragments of `params` (indices into the layout) this rank owns.
+  double sum_of_squares_of(const at::Tensor& grads, const std::vector<int>& params) const;
   void step(const at::Tensor& grads, const optim::StepParams& params);
   // The master into the parameters: each bucket's owned shard in the model's dtype, then every
   // rank's shards to every rank (stage 3: into the persistent shard; a unit gathers it when it

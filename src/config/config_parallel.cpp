@@ -1,0 +1,89 @@
+// The parallel layouts beside ZeRO: DeepSpeed's AutoTP training block ("tensor_parallel").
+#include <regex>
+
+#include "config/config_sections.h"
+
+namespace zero::config_detail {
+
+namespace {
+
+// The tensor-parallel size, under whichever key the file gives it: AutoTP training's
+// "autotp_size", the seed's "tp_size", or the inference block's nested "tp"/"tensor_parallel".
+void read_size(ObjectReader& tp, TensorParallelConfig& out, Diagnostics& diag) {
+  struct Given {
+    std::string path;
+    int64_t size;
+  };
+  std::vector<Given> given;
+  if (tp.has("autotp_size")) given.push_back({tp.path_of("autotp_size"), tp.get_int("autotp_size", 0, 0, 1 << 20)});
+  if (tp.has("tp_size")) given.push_back({tp.path_of("tp_size"), tp.get_int("tp_size", 1, 1, 1 << 20)});
+  for (const char* sub : {"tp", "tensor_parallel"}) {
+    ObjectReader inner = tp.child(sub, UnknownKeys::kIgnore);
+    if (inner.has("tp_size")) given.push_back({inner.path_of("tp_size"), inner.get_int("tp_size", 1, 1, 1 << 20)});
+    inner.accept({"enabled", "tp_grain_size", "mpu", "tp_group"});
+    inner.finish();
+  }
+  for (const Given& g : given) {
+    const int size = static_cast<int>(std::max<int64_t>(1, g.size));
+    if (out.size > 1 && size > 1 && size != out.size) {
+      diag.problem(g.path, std::to_string(size) + " differs from " + out.key + " = " + std::to_string(out.size));
+    } else if (size > 1 && out.size == 1) {
+      out.size = size;
+      out.key = g.path;
+    }
+  }
+}
+
+void read_layer_specs(ObjectReader& partition, TensorParallelConfig& out, Diagnostics& diag) {
+  const nlohmann::json* specs = partition.raw("layer_specs");
+  if (!specs || specs->is_null()) return;
+  const std::string path = partition.path_of("layer_specs");
+  if (!specs->is_array()) {
+    diag.problem(path, "expected a list of {\"patterns\": [...], \"partition_type\": \"row\" | \"column\"}");
+    return;
+  }
+  for (size_t i = 0; i < specs->size(); ++i) {
+    ObjectReader spec(&(*specs)[i], path + "[" + std::to_string(i) + "]", diag, UnknownKeys::kRefuse);
+    TensorParallelLayerSpec s;
+    s.patterns = spec.get_string_list("patterns");
+    if (s.patterns.empty()) diag.problem(spec.path_of("patterns"), "expected at least one pattern");
+    for (const std::string& p : s.patterns) {
+      try {
+        std::regex check(p);
+      } catch (const std::regex_error& e) {
+        diag.problem(spec.path_of("patterns"), "\"" + p + "\" is not a regular expression: " + e.what());
+      }
+    }
+    // DeepSpeed's names for the two halves of Megatron's pair.
+    s.row = spec.get_choice("partition_type", 1, {"row", "column"}) == 0;
+    spec.accept({"shape", "partition_dim"});
+    spec.finish();
+    out.layer_specs.push_back(std::move(s));
+  }
+}
+
+}  // namespace
+
+void read_tensor_parallel(ObjectReader& root, TensorParallelConfig& out, Diagnostics& diag) {
+  ObjectReader tp = root.child("tensor_parallel", UnknownKeys::kIgnore);
+  read_size(tp, out, diag);
+  out.preset_model = tp.get_string("preset_model", "");
+  if (!out.preset_model.empty() && out.preset_model != "llama" && out.preset_model != "mistral" &&
+      out.preset_model != "qwen2") {
+    diag.problem(tp.path_of("preset_model"), "\"" + out.preset_model +
+                                                  "\": zerocpp's tensor parallelism knows llama, mistral and qwen2");
+  }
+  out.overlap_comm = tp.get_bool("tp_overlap_comm", false);
+  ObjectReader partition = tp.child("partition_config", UnknownKeys::kRefuse);
+  out.use_default_specs = partition.get_bool("use_default_specs", true);
+  read_layer_specs(partition, out, diag);
+  partition.finish();
+  // Read by DeepSpeed's sharding code, not by the training step.
+  tp.accept({"tp_grain_size", "keep_module_on_host", "dtype", "injection_policy_tuple"});
+  tp.finish();
+  if (!out.use_default_specs && out.layer_specs.empty() && out.size > 1) {
+    diag.problem(partition.path_of("layer_specs"), "use_default_specs is false and no layer_specs are given");
+  }
+}
+
+}  // namespace zero::config_detail

@@ -1,0 +1,125 @@
+#include "zero/tensor_parallel.h"
+
+#include <fmt/core.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <set>
+
+#include "zero/communicator.h"
+#include "zero/error.h"
+
+namespace zero {
+
+ParallelGrid::ParallelGrid(World& world, int tensor_parallel)
+    : tensor_parallel_(world.split(world.rank() / std::max(1, tensor_parallel))),
+      data_parallel_(world.split(world.rank() % std::max(1, tensor_parallel))) {
+  if (tensor_parallel < 1 || world.size() % tensor_parallel != 0) {
+    throw Error(fmt::format("tensor_parallel.autotp_size {} does not divide the world size {}", tensor_parallel,
+                            world.size()),
+                "tensor_parallel.autotp_size", world.rank());
+  }
+  std::set<std::string> spanning;
+  for (int first = 0; first < world.size(); first += tensor_parallel) {
+    for (int r = first + 1; r < first + tensor_parallel; ++r) {
+      if (world.node_of(r) == world.node_of(first)) continue;
+      spanning.insert(world.host(first));
+      spanning.insert(world.host(r));
+    }
+  }
+  for (const std::string& host : spanning) spanning_hosts_ += (spanning_hosts_.empty() ? "" : ", ") + host;
+  if (!spanning_hosts_.empty() && world.rank() == 0) {
+    std::fprintf(stderr,
+                 "zerocpp: warning: tensor-parallel groups of %d ranks span hosts (%s): their all-reduces, two per "
+                 "layer each way, cross the network\n",
+                 tensor_parallel, spanning_hosts_.c_str());
+  }
+}
+
+SliceRange slice_range(int64_t n, int index, int parts) {
+  const int64_t base = n / parts, extra = n % parts;
+  return {index * base + std::min<int64_t>(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group travels through the autograd context as an address: the layers that call these
+// operators hold the grid, which outlives every forward and backward.
+Communicator& group_of(AutogradContext* ctx) {
+  return *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
+}
+
+at::Tensor summed(const at::Tensor& x, Communicator& group) {
+  at::Tensor out = x.contiguous().clone();  // never the caller's (or autograd's) buffer
+  group.all_reduce(out, ReduceOp::kSum, {.async = false});
+  return out;
+}
+
+struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {summed(grads[0], group_of(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& x, int64_t group) {
+    return summed(x, *reinterpret_cast<Communicator*>(group));
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+int64_t address(Communicator& group) { return reinterpret_cast<int64_t>(&group); }
+
+}  // namespace
+
+at::Tensor copy_to_tensor_parallel(const at::Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;
+  return CopyToTensorParallel::apply(x, address(group));
+}
+
+at::Tensor reduce_from_tensor_parallel(const at::Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;
+  return ReduceFromTensorParallel::apply(x, address(group));
+}
+
+at::Tensor vocab_parallel_embedding(const at::Tensor& tokens, const at::Tensor& weight_slice, int64_t vocab_start,
+                                    Communicator& group, int64_t padding_idx) {
+  namespace F = torch::nn::functional;
+  const int64_t rows = weight_slice.size(0);
+  const at::Tensor outside = (tokens < vocab_start) | (tokens >= vocab_start + rows);
+  const at::Tensor local = (tokens - vocab_start).masked_fill(outside, 0);
+  F::EmbeddingFuncOptions lookup;
+  if (padding_idx >= vocab_start && padding_idx < vocab_start + rows) lookup.padding_idx(padding_idx - vocab_start);
+  const at::Tensor mine = F::embedding(local, weight_slice, lookup).masked_fill(outside.unsqueeze(-1), 0);
+  return reduce_from_tensor_parallel(mine, group);
+}
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab_start,
+                                        Communicator& group, bool mean, int64_t ignore_index) {
+  const at::Tensor x = logits.to(at::kFloat);  // [N, V/tp]
+  const int64_t columns = x.size(1);
+  // The softmax's shift: the row's maximum over the whole vocabulary. It cancels out of the loss,
+  // so no gradient flows through it.
+  at::Tensor shift = std::get<0>(x.detach().max(-1)).contiguous();
+  if (group.size() > 1) group.all_reduce(shift, ReduceOp::kMax, {.async = false});
+  const at::Tensor shifted = x - shift.unsqueeze(1);
+  const at::Tensor sum_exp = reduce_from_tensor_parallel(shifted.exp().sum(-1), group);
+  const at::Tensor counts = targets != ignore_index;
+  const at::Tensor outside = (targets < vocab_start) | (targets >= vocab_start + columns) | counts.logical_not();
+  const at::Tensor column = (targets - vocab_start).masked_fill(outside, 0);
+  const at::Tensor picked = shifted.gather(1, column.unsqueeze(1)).squeeze(1).masked_fill(outside, 0);
+  const at::Tensor target_logit = reduce_from_tensor_parallel(picked, group);
+  // -log softmax at the target: log(Σ exp(x - max)) - (x_target - max).
+  const at::Tensor losses = (sum_exp.log() - target_logit).masked_fill(counts.logical_not(), 0);
+  const at::Tensor total = losses.sum();
+  return mean ? total / counts.sum().to(at::kFloat) : total;
+}
+
+}  // namespace zero
