@@ -16,69 +16,12 @@
 #include "checkpoint/safetensors_reader.h"
 #include "models/common/trainer.h"
 #include "tests/dist/dist_test_world.h"
-#include "tests/dist/scratch_dir.h"
+#include "tests/dist/llama_cases.h"
 #include "zero/world.h"
 
+using namespace llama_cases;
 using namespace zero::gpt;
 namespace fs = std::filesystem;
-
-namespace {
-
-constexpr int64_t kRows = 12, kSeq = 16;  // as make_llama_cases.sh; 12 rows split over 1-4 ranks
-
-fs::path cases_dir() {
-  const char* dir = std::getenv("ZERO_LLAMA_CASES");
-  return dir ? fs::path(dir) : fs::path();
-}
-
-const std::vector<std::string> kCases = {"llama_gqa", "llama3_tied", "mistral_window", "qwen2_bias"};
-
-nlohmann::json expected(const std::string& name) {
-  std::ifstream in(cases_dir() / name / "expected.json");
-  return nlohmann::json::parse(in);
-}
-
-// precision: "" (fp32), or a config block such as R"("bf16": {"enabled": true})".
-std::string config(int stage, const std::string& optimizer, const std::string& precision = "",
-                   int64_t bucket_elements = 2000) {
-  const std::string opt = optimizer == "sgd"
-                              ? R"({"type": "SGD", "params": {"lr": 0.5}})"
-                              : R"({"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8,
-                                    "weight_decay": 0.1}})";
-  // Small buckets by default: several reductions in flight per step at stages 0-2.
-  return R"({"train_batch_size": 12, "zero_allow_untested_optimizer": true, "zero_optimization": {"stage": )" + std::to_string(stage) +
-         R"(, "reduce_bucket_size": )" + std::to_string(bucket_elements) + R"(, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
-            )" + (precision.empty() ? "" : precision + ", ") + R"("optimizer": )" + opt + "}";
-}
-
-TrainerOptions options(const std::string& name, int stage, const std::string& optimizer, int64_t steps) {
-  TrainerOptions o;
-  o.model_dir = (cases_dir() / name / "model").string();
-  o.train_data = (cases_dir() / "tokens.bin").string();
-  o.seq = kSeq;
-  o.steps = steps;
-  o.config_text = config(stage, optimizer);
-  return o;
-}
-
-std::vector<double> losses(const TrainerResult& r) {
-  std::vector<double> out;
-  for (const auto& s : r.steps) out.push_back(s.loss);
-  return out;
-}
-
-struct Scratch : ScratchDir {
-  Scratch() : ScratchDir("zero_llama_test") {}
-};
-
-class LlamaCases : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cases_dir().empty()) GTEST_FAIL() << "ZERO_LLAMA_CASES is not set (CTest's llama_cases fixture sets it)";
-  }
-};
-
-}  // namespace
 
 TEST_F(LlamaCases, Fp32TrajectoriesMatchTheReferenceAtEveryStage) {
   for (const auto& name : kCases) {

@@ -1,0 +1,75 @@
+// The Llama family's test cases (tests/reference/make_llama_cases.sh, written by CTest's
+// llama_cases fixture into $ZERO_LLAMA_CASES) and the trainer options that run them, shared by the
+// Llama tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/common/trainer.h"
+#include "tests/dist/scratch_dir.h"
+
+namespace llama_cases {
+
+using namespace zero::gpt;
+namespace fs = std::filesystem;
+
+
+inline constexpr int64_t kRows = 12, kSeq = 16;  // as make_llama_cases.sh; 12 rows split over 1-4 ranks
+
+inline fs::path cases_dir() {
+  const char* dir = std::getenv("ZERO_LLAMA_CASES");
+  return dir ? fs::path(dir) : fs::path();
+}
+
+inline const std::vector<std::string> kCases = {"llama_gqa", "llama3_tied", "mistral_window", "qwen2_bias"};
+
+inline nlohmann::json expected(const std::string& name) {
+  std::ifstream in(cases_dir() / name / "expected.json");
+  return nlohmann::json::parse(in);
+}
+
+// extra: more top-level blocks, such as R"("bf16": {"enabled": true})" (none: fp32).
+inline std::string config(int stage, const std::string& optimizer, const std::string& extra = "",
+                   int64_t bucket_elements = 2000) {
+  const std::string opt = optimizer == "sgd"
+                              ? R"({"type": "SGD", "params": {"lr": 0.5}})"
+                              : R"({"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8,
+                                    "weight_decay": 0.1}})";
+  // Small buckets by default: several reductions in flight per step at stages 0-2.
+  return R"({"train_batch_size": 12, "zero_allow_untested_optimizer": true, "zero_optimization": {"stage": )" + std::to_string(stage) +
+         R"(, "reduce_bucket_size": )" + std::to_string(bucket_elements) + R"(, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
+            )" + (extra.empty() ? "" : extra + ", ") + R"("optimizer": )" + opt + "}";
+}
+
+inline TrainerOptions options(const std::string& name, int stage, const std::string& optimizer, int64_t steps) {
+  TrainerOptions o;
+  o.model_dir = (cases_dir() / name / "model").string();
+  o.train_data = (cases_dir() / "tokens.bin").string();
+  o.seq = kSeq;
+  o.steps = steps;
+  o.config_text = config(stage, optimizer);
+  return o;
+}
+
+inline std::vector<double> losses(const TrainerResult& r) {
+  std::vector<double> out;
+  for (const auto& s : r.steps) out.push_back(s.loss);
+  return out;
+}
+
+struct Scratch : ScratchDir {
+  Scratch() : ScratchDir("zero_llama_test") {}
+};
+
+class LlamaCases : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cases_dir().empty()) GTEST_FAIL() << "ZERO_LLAMA_CASES is not set (CTest's llama_cases fixture sets it)";
+  }
+};
+
+}  // namespace llama_cases
