@@ -2,7 +2,7 @@
 // docs/tensor_parallel.md).
 //
 //   zero::ParallelGrid grid(world, config.tensor_parallel.size);
-//   Model model(..., grid.tensor_parallel());          // each rank builds its slices of the layers
+//   Model model(..., grid.layer_communicator());       // each rank builds its slices of the layers
 //   zero::Engine engine(model, config, grid.data_parallel(), {},
 //                       {.group = &grid.tensor_parallel(), .replicated = is_norm});
 //
@@ -19,6 +19,9 @@
 #include <functional>
 #include <string>
 
+#include <memory>
+
+#include "zero/comm_stats.h"
 #include "zero/world.h"
 
 namespace zero {
@@ -35,11 +38,17 @@ class ParallelGrid {
   ParallelGrid(World& world, int tensor_parallel);
   World& tensor_parallel() { return tensor_parallel_; }
   World& data_parallel() { return data_parallel_; }
+  // The tensor-parallel group's collectives as the model's layers make them, counted (the
+  // all-reduces of Megatron's operators: their bytes per step are exact, docs/tensor_parallel.md).
+  Communicator& layer_communicator() { return *layer_communicator_; }
+  const CommStats& layer_stats() const { return *layer_stats_; }
   // Hosts of tensor-parallel groups that span several ("" when none does), for the warning.
   const std::string& spanning_hosts() const { return spanning_hosts_; }
 
  private:
   World tensor_parallel_, data_parallel_;
+  std::shared_ptr<CommStats> layer_stats_ = std::make_shared<CommStats>();
+  std::unique_ptr<CountingCommunicator> layer_communicator_;
   std::string spanning_hosts_;
 };
 

@@ -160,7 +160,7 @@ struct ModelPlan {
   int64_t hidden_size = 0, vocab = 0, max_seq = 0;
   // Built over the data-parallel world (zero::Init partitions over it), with this rank's
   // tensor-parallel group when the config asks for one.
-  std::function<std::unique_ptr<models::TrainableModel>(const Config&, World&, World* tensor_parallel)> build;
+  std::function<std::unique_ptr<models::TrainableModel>(const Config&, World&, ParallelGrid* grid)> build;
 };
 
 // --device: where the model trains; a GPU named without an index ("cuda") is the one of this
@@ -185,8 +185,8 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
     const llama::LlamaConfig& c = hf->config;
     const llama::LlamaExportOptions export_options{options.hf_max_shard_bytes};
     return {c.hidden_size, c.vocab_size, c.max_position_embeddings,
-            [&hf, export_options, on_cpu](const Config& config, World& w, World* tensor_parallel) {
-              return llama::make_llama(*hf, config, w, export_options, on_cpu, tensor_parallel);
+            [&hf, export_options, on_cpu](const Config& config, World& w, ParallelGrid* grid) {
+              return llama::make_llama(*hf, config, w, export_options, on_cpu, grid);
             }};
   }
   GptShape shape = options.shape;
@@ -197,8 +197,8 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
   if (shape.padded_vocab == 0) shape.padded_vocab = (shape.vocab + 63) / 64 * 64;
   const LlmcCheckpoint* init = checkpoint ? &*checkpoint : nullptr;
   return {shape.channels, shape.vocab, shape.max_seq,
-          [shape, init, path = options.init, on_cpu](const Config& config, World& w, World* tensor_parallel) {
-            if (tensor_parallel) {
+          [shape, init, path = options.init, on_cpu](const Config& config, World& w, ParallelGrid* grid) {
+            if (grid) {
               throw Error("tensor parallelism is built for the Llama family (--model DIR), not the GPT",
                           config.tensor_parallel.key);
             }
@@ -248,7 +248,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   }
   torch::manual_seed(static_cast<uint64_t>(options.seed));
   const std::unique_ptr<models::TrainableModel> built =
-      plan.build(config, data_parallel, grid ? &grid->tensor_parallel() : nullptr);
+      plan.build(config, data_parallel, grid ? &*grid : nullptr);
   models::TrainableModel& model = *built;
   checkpoint.reset();  // the llm.c weights are in the model now
   model.set_checkpoint_every(options.checkpoint_every);
@@ -406,6 +406,14 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   const OpStats gathers = engine.comm_stats().total(CollectiveOp::kAllGather);
   result.all_gather_calls = gathers.calls;
   result.all_gather_seconds = gathers.seconds;
+  if (grid) {
+    result.tensor_parallel_all_reduce = grid->layer_stats().total(CollectiveOp::kAllReduce);
+    if (options.steps > start_step) {
+      report.line(fmt::format("zero-train: tensor-parallel all-reduces per step: {} bytes in {} calls per rank",
+                              result.tensor_parallel_all_reduce.message_bytes / (options.steps - start_step),
+                              result.tensor_parallel_all_reduce.calls / (options.steps - start_step)));
+    }
+  }
   if (!options.export_path.empty()) {
     model.export_to(engine, world, options.export_path);
     report.line("zero-train: wrote " + options.export_path);

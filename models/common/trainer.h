@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "models/gpt/llmc_files.h"
+#include "zero/comm_stats.h"
 #include "zero/config.h"
 #include "models/gpt/sampler.h"
 
@@ -86,6 +87,9 @@ struct TrainerResult {
   // The engine's parameter all-gathers over the run (stage 3: the units' gathers).
   int64_t all_gather_calls = 0;
   double all_gather_seconds = 0;
+  // Tensor parallelism: the all-reduces of the model's layers over its group, over the run
+  // (training steps and any evaluation).
+  OpStats tensor_parallel_all_reduce;
 };
 
 // The DeepSpeed config used when none is given.

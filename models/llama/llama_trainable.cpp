@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
 namespace zero::llama {
@@ -12,12 +13,12 @@ namespace {
 class LlamaTrainable : public models::TrainableModel {
  public:
   LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options,
-                 World* tensor_parallel)
-      : model_(hf.config, weights, dtype, place_in(tensor_parallel)),
+                 ParallelGrid* grid)
+      : model_(hf.config, weights, dtype, place_in(grid)),
         config_json_(hf.config_json),
         source_dir_(hf.dir),
         options_(options),
-        tensor_parallel_(tensor_parallel) {}
+        tensor_parallel_(grid ? &grid->tensor_parallel() : nullptr) {}
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
   at::Tensor loss_sum(const at::Tensor& x, const at::Tensor& y) override { return model_.loss_sum(x, y); }
@@ -56,9 +57,10 @@ class LlamaTrainable : public models::TrainableModel {
   LlamaExportOptions options_;
   World* tensor_parallel_;
 
-  static TensorParallelPlace place_in(World* group) {
-    if (!group) return {};
-    return {.group = &group->communicator(), .rank = group->rank(), .size = group->size()};
+  static TensorParallelPlace place_in(ParallelGrid* grid) {
+    if (!grid) return {};
+    World& group = grid->tensor_parallel();
+    return {.group = &grid->layer_communicator(), .rank = group.rank(), .size = group.size()};
   }
 };
 
@@ -80,14 +82,14 @@ double llama_flops_per_token(const LlamaConfig& c, int64_t seq) {
 
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
                                                    const LlamaExportOptions& export_options, bool partitioned,
-                                                   World* tensor_parallel) {
+                                                   ParallelGrid* grid) {
   // Stage 3: every rank reads every layer from the mapped files and keeps its shard (zero::Init),
   // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
   // holds the weights, as DeepSpeed does.
   const auto weights = file_weights(hf);
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
-  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, tensor_parallel);
+  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid);
 }
 
 }  // namespace zero::llama

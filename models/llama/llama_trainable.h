@@ -13,6 +13,10 @@ namespace zero {
 class Config;
 }
 
+namespace zero {
+class ParallelGrid;
+}
+
 namespace zero::llama {
 
 struct LlamaExportOptions {
@@ -22,11 +26,11 @@ struct LlamaExportOptions {
 // `hf` must stay alive while the model is built (this call); its files are read then.
 // `partitioned`: at stage 3, built under zero::Init (each rank keeps its shards, in host memory);
 // false builds it whole, for a model that moves to a GPU before the engine partitions it.
-// `tensor_parallel`: this rank's tensor-parallel group (each rank builds its slices; `world` is
-// then the data-parallel group), or null.
+// `grid`: tensor parallelism's groups (each rank builds its slices; `world` is then the
+// data-parallel group), or null.
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
                                                    const LlamaExportOptions& export_options = {},
-                                                   bool partitioned = true, World* tensor_parallel = nullptr);
+                                                   bool partitioned = true, ParallelGrid* grid = nullptr);
 
 // The training dtype the engine will use for `config` (bf16, fp16, or fp32).
 at::ScalarType llama_training_dtype(const Config& config);

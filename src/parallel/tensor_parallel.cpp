@@ -13,7 +13,8 @@ namespace zero {
 
 ParallelGrid::ParallelGrid(World& world, int tensor_parallel)
     : tensor_parallel_(world.split(world.rank() / std::max(1, tensor_parallel))),
-      data_parallel_(world.split(world.rank() % std::max(1, tensor_parallel))) {
+      data_parallel_(world.split(world.rank() % std::max(1, tensor_parallel))),
+      layer_communicator_(std::make_unique<CountingCommunicator>(tensor_parallel_.communicator(), layer_stats_)) {
   if (tensor_parallel < 1 || world.size() % tensor_parallel != 0) {
     throw Error(fmt::format("tensor_parallel.autotp_size {} does not divide the world size {}", tensor_parallel,
                             world.size()),
