@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "models/llama/llama_tensor_parallel.h"
 #include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
@@ -87,6 +88,7 @@ std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Conf
   // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
   // holds the weights, as DeepSpeed does.
   const auto weights = file_weights(hf);
+  if (grid) check_tensor_parallel_config(config.tensor_parallel, hf.config);
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
   return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid);

@@ -139,6 +139,32 @@ TEST_F(LlamaCases, TensorParallelRefusalsNameTheKeyAndTheNumbers) {
   const std::string preset = refusal(split_options(
       "llama_gqa", 0, "sgd", R"("tensor_parallel": {"autotp_size": 2, "preset_model": "bloom"})"));
   EXPECT_NE(preset.find("tensor_parallel.preset_model: \"bloom\""), std::string::npos) << preset;
+  const std::string mismatch = refusal(split_options(
+      "llama_gqa", 0, "sgd", R"("tensor_parallel": {"autotp_size": 2, "preset_model": "qwen2"})"));
+  EXPECT_NE(mismatch.find("preset_model is \"qwen2\" but the model's config.json says model_type \"llama\""),
+            std::string::npos)
+      << mismatch;
+  auto with_spec = [](const std::string& spec) {
+    return std::string(R"("tensor_parallel": {"autotp_size": 2, "partition_config": {"use_default_specs": false, "layer_specs": [)") +
+           spec + "]}}";
+  };
+  const std::string nothing =
+      refusal(split_options("llama_gqa", 0, "sgd", with_spec(R"({"patterns": [".*\\.c_attn\\.weight$"], "partition_type": "column"})")));
+  EXPECT_NE(nothing.find("layer_specs[0].patterns: \".*\\.c_attn\\.weight$\" matches no parameter"), std::string::npos)
+      << nothing;
+  const std::string wrong_way =
+      refusal(split_options("llama_gqa", 0, "sgd", with_spec(R"({"patterns": ["q_proj\\.weight$"], "partition_type": "row"})")));
+  EXPECT_NE(wrong_way.find("matches model.layers.0.self_attn.q_proj.weight, which zerocpp splits column-parallel"),
+            std::string::npos)
+      << wrong_way;
+  // Megatron's own split, spelled out as DeepSpeed's examples do: trains, on the reference's trajectory.
+  const std::string megatron = with_spec(
+      R"({"patterns": [".*\\.o_proj\\.weight$", ".*\\.down_proj\\.weight$"], "partition_type": "row"},
+         {"patterns": [".*\\.[qkv]_proj\\.weight$", ".*\\.(gate|up)_proj\\.weight$"], "partition_type": "column"})");
+  const std::vector<double> got = losses(train_model(split_options("llama_gqa", 0, "sgd", megatron), test_world(), nullptr));
+  const auto reference = expected("llama_gqa")["sgd"]["losses"].get<std::vector<double>>();
+  ASSERT_EQ(got.size(), reference.size());
+  EXPECT_NEAR(got.back(), reference.back(), 1e-5);
   const std::string sizes =
       refusal(split_options("llama_gqa", 0, "sgd", R"("tensor_parallel": {"autotp_size": 2, "tp_size": 4})"));
   EXPECT_NE(sizes.find("tensor_parallel.tp_size: 4 differs from tensor_parallel.autotp_size = 2"), std::string::npos)
