@@ -102,13 +102,15 @@ struct ParamGroup {
 };
 
 // Tensor parallelism beside ZeRO (zero/tensor_parallel.h): the engine's world is then the
-// data-parallel group, and this names the tensor-parallel group and the parameters every member
-// of it holds whole and alike (norms, biases after a row-parallel layer). The gradient norm adds
-// each member's slices once and those parameters once; an fp16 overflow on any member skips the
-// step on all.
+// data-parallel group, and this names the tensor-parallel group and, for each parameter (by the
+// engine's name), the dimension its slices split it along, or -1 for one every member holds whole
+// and alike (norms, biases after a row-parallel layer). The gradient norm adds each member's
+// slices once and the whole ones once; an fp16 overflow on any member skips the step on all.
+// Checkpoints name every slice by its place in the whole parameter, so they load at any
+// tensor-parallel size (docs/tensor_parallel.md).
 struct TensorParallelOptions {
   World* group = nullptr;  // null (or a group of one): no tensor parallelism
-  std::function<bool(const std::string& name)> replicated;
+  std::function<int(const std::string& name)> split_dim;
 };
 
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).
@@ -246,6 +248,10 @@ class Engine {
 
  private:
   void apply_step();  // step()'s work on the boundary: overflow check, clip, optimizer, all-gather
+  // save_checkpoint's work for this engine's data-parallel group, into ROOT/TAG; `slices` is the
+  // tensor-parallel block of the manifest (JSON text; empty without tensor parallelism).
+  void save_partitions(const std::string& root, const std::string& tag, const std::string& client_state,
+                       const std::string& slices);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -4,7 +4,7 @@
 //   zero::ParallelGrid grid(world, config.tensor_parallel.size);
 //   Model model(..., grid.layer_communicator());       // each rank builds its slices of the layers
 //   zero::Engine engine(model, config, grid.data_parallel(), {},
-//                       {.group = &grid.tensor_parallel(), .replicated = is_norm});
+//                       {.group = &grid.tensor_parallel(), .split_dim = dim_of});
 //
 // A column-parallel layer keeps a slice of the output features, a row-parallel one a slice of the
 // input features. Between them the activation is split along the features; before the pair it is

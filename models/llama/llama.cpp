@@ -256,14 +256,6 @@ const at::Tensor& LlamaForCausalLM::output_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
-bool LlamaForCausalLM::replicated_under_tensor_parallel(const std::string& name) {
-  auto ends_with = [&](const std::string& tail) {
-    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return ends_with("layernorm.weight") || name == "model.norm.weight" || ends_with("o_proj.bias") ||
-         ends_with("down_proj.bias");
-}
-
 at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   if (T > config.max_position_embeddings) {

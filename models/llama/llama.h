@@ -132,14 +132,10 @@ struct LlamaForCausalLM : torch::nn::Module {
   at::Tensor loss_sum(const at::Tensor& tokens, const at::Tensor& targets);
   // The lm_head weight: its own, or the embedding when tied.
   const at::Tensor& output_weight() const;
-  // The parameters (by the engine's names) every member of a tensor-parallel group holds whole
-  // and alike: the norms, and the biases added after a row-parallel layer's sum.
-  static bool replicated_under_tensor_parallel(const std::string& name);
-
-  TensorParallelPlace place;
-  int64_t vocab_start = 0;  // the first token of this rank's slice of the vocabulary
 
   LlamaConfig config;
+  TensorParallelPlace place;
+  int64_t vocab_start = 0;  // the first token of this rank's slice of the vocabulary
   std::shared_ptr<LlamaModel> model;
   std::shared_ptr<Weights> lm_head;  // null when tied
   int64_t checkpoint_every = 0;      // activation checkpointing, as the GPT's

@@ -26,6 +26,8 @@ Split split_of(const std::string& name) {
   return Split::kWhole;
 }
 
+int split_dim(Split split) { return split == Split::kWhole ? -1 : split == Split::kRow ? 1 : 0; }
+
 void check_tensor_parallel_config(const TensorParallelConfig& tp, const LlamaConfig& model) {
   if (!tp.preset_model.empty() && tp.preset_model != model.model_type) {
     throw Error(fmt::format("tensor_parallel.preset_model is \"{}\" but the model's config.json says model_type \"{}\"",

@@ -45,7 +45,7 @@ class LlamaTrainable : public models::TrainableModel {
     return {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
   }
   TensorParallelOptions tensor_parallel() const override {
-    return {.group = tensor_parallel_, .replicated = &LlamaForCausalLM::replicated_under_tensor_parallel};
+    return {.group = tensor_parallel_, .split_dim = [](const std::string& name) { return split_dim(split_of(name)); }};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_, {path, source_dir_, options_.max_shard_bytes}, world);

@@ -44,6 +44,23 @@ std::string saved_cpu_rng_state(const checkpoint::CheckpointReader& reader, int 
   return reader.rng_state(rank);
 }
 
+// Collective error agreement over the data-parallel group and then the tensor-parallel group
+// (when there is one), so that every rank of the world learns of an error on any, and throws.
+void agree_everywhere(Communicator& data_parallel, World* tensor_parallel, const std::string& error, int rank,
+                      const std::string& what) {
+  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
+  data_parallel.all_reduce(failed, ReduceOp::kMax, {.async = false});
+  if (tensor_parallel) tensor_parallel->communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
+  if (failed.item<int>() == 0) return;
+  if (!error.empty()) throw Error(error, what, rank);
+  throw Error(what + " failed on another rank (its error is printed there)", what, rank);
+}
+
+// Where tensor-parallel member `rank` of `size` keeps its part of every checkpoint in DIR.
+std::string tensor_parallel_root(const std::string& dir, int rank, int size) {
+  return (fs::path(dir) / ("tensor_parallel_" + std::to_string(rank) + "_of_" + std::to_string(size))).string();
+}
+
 void set_cpu_rng_state(const std::string& bytes) {
   if (bytes.empty()) return;
   at::Tensor state = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
@@ -68,15 +85,41 @@ bool crash_requested(int rank) {
 std::string Engine::save_checkpoint(const std::string& dir, const std::string& requested_tag,
                                     const std::string& client_state) {
   State& s = *state_;
-  const int rank = s.world.rank();
-  // Every member of a tensor-parallel group would write (and read) the same files.
-  if (s.tensor_parallel) {
-    throw Error("checkpoints with tensor parallelism are not built yet: each tensor-parallel rank's slices need "
-                "files of their own",
-                "tensor_parallel.autotp_size", rank);
-  }
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
   check_tag(tag);
+  if (!s.tensor_parallel) {
+    save_partitions(dir, tag, client_state, "");
+    return tag;
+  }
+  // Tensor parallelism: each member's data-parallel group saves its slices into a checkpoint of
+  // its own, DIR/tensor_parallel_<t>_of_<n>/TAG, whose manifest says where each slice sits in the
+  // whole parameter; DIR/latest names the tag once every part is complete.
+  World& group = *s.tensor_parallel;
+  json slices = json::array();
+  for (const auto& slice : s.slices) slices.push_back({slice.dim, slice.start, slice.whole});
+  const json block = {{"size", group.size()}, {"rank", group.rank()}, {"slices", slices}};
+  std::string error;
+  try {
+    save_partitions(tensor_parallel_root(dir, group.rank(), group.size()), tag, client_state, block.dump());
+  } catch (const std::exception& e) {
+    error = e.what();  // its data-parallel group agreed on it
+  }
+  agree(group.communicator(), error, group.rank(), "save_checkpoint");
+  if (group.rank() == 0 && s.world.rank() == 0) {
+    try {
+      checkpoint::write_file_atomically((fs::path(dir) / "latest").string(), tag + "\n");
+    } catch (const std::exception& e) {
+      error = dir + ": cannot complete checkpoint " + tag + ": " + e.what();
+    }
+  }
+  agree_everywhere(s.comm, &group, error, s.world.rank(), "save_checkpoint");
+  return tag;
+}
+
+void Engine::save_partitions(const std::string& dir, const std::string& tag, const std::string& client_state,
+                             const std::string& slices) {
+  State& s = *state_;
+  const int rank = s.world.rank();
   const json client = json::parse(client_state, nullptr, false);
   if (client.is_discarded() || !client.is_object())
     throw Error("save_checkpoint: client_state is not a JSON object", "client_state", rank);
@@ -174,7 +217,9 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       m.scaler_last_overflow_iteration = s.scaler.last_overflow_iteration();
       m.scaler_hysteresis_left = s.scaler.hysteresis_left();
       m.client_state = client;
-      checkpoint::write_file_atomically((partial / "manifest.json").string(), checkpoint::to_json(m).dump(1) + "\n");
+      json manifest = checkpoint::to_json(m);
+      if (!slices.empty()) manifest["tensor_parallel"] = json::parse(slices);
+      checkpoint::write_file_atomically((partial / "manifest.json").string(), manifest.dump(1) + "\n");
       // An existing tag moves aside before the new one takes its name; `latest` changes last, so
       // an interruption anywhere leaves `latest` naming a complete checkpoint.
       const fs::path replaced = root / (tag + ".replaced");
@@ -189,46 +234,156 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
     }
   }
   agree(s.comm, error, rank, "save_checkpoint");
-  return tag;
 }
+
+namespace {
+
+// One saved part of a checkpoint: the whole of a plain one, or one tensor-parallel member's, with
+// where each of its parameters' slices sits in the whole parameter.
+struct SavedPart {
+  std::unique_ptr<checkpoint::CheckpointReader> reader;
+  struct Slice {
+    int dim = -1;
+    int64_t start = 0, whole = 0;
+  };
+  std::vector<Slice> slices;  // per saved parameter
+};
+
+std::string trimmed(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n"), last = text.find_last_not_of(" \t\r\n");
+  return first == std::string::npos ? "" : text.substr(first, last - first + 1);
+}
+
+// A part's "tensor_parallel" block (absent: every parameter whole), checked against its shapes
+// before anything is sized by it: the manifest is a file from elsewhere.
+std::vector<SavedPart::Slice> read_slices(const checkpoint::CheckpointReader& r, int rank, int size) {
+  const json& m = r.manifest();
+  const std::string& path = r.manifest_path();
+  std::vector<SavedPart::Slice> slices(static_cast<size_t>(r.num_params()));
+  for (int j = 0; j < r.num_params(); ++j) slices[static_cast<size_t>(j)].whole = r.numel(j);
+  if (!m.contains("tensor_parallel")) {
+    if (size > 1) throw Error(path + ": a tensor-parallel part without its \"tensor_parallel\" block", path);
+    return slices;
+  }
+  const json& tp = m["tensor_parallel"];
+  auto bad = [&](const std::string& why) { return Error(path + ": tensor_parallel." + why, path); };
+  if (!tp.is_object() || !tp.contains("size") || !tp["size"].is_number_integer() || tp["size"].get<int64_t>() != size ||
+      !tp.contains("rank") || !tp["rank"].is_number_integer() || tp["rank"].get<int64_t>() != rank)
+    throw bad("size/rank: expected " + std::to_string(size) + " and " + std::to_string(rank) + " (its directory's)");
+  const json& list = tp.value("slices", json());
+  if (!list.is_array() || list.size() != slices.size())
+    throw bad("slices: expected one per parameter (" + std::to_string(slices.size()) + ")");
+  for (int j = 0; j < r.num_params(); ++j) {
+    const json& e = list[static_cast<size_t>(j)];
+    const std::string at = "slices[" + std::to_string(j) + "]";
+    if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
+        !e[2].is_number_integer())
+      throw bad(at + ": expected [dim, start, whole size]");
+    const std::vector<int64_t> shape = r.shape(j);
+    SavedPart::Slice& slice = slices[static_cast<size_t>(j)];
+    const int64_t dim = e[0].get<int64_t>(), start = e[1].get<int64_t>(), whole = e[2].get<int64_t>();
+    if (dim < -1 || dim >= static_cast<int64_t>(shape.size())) throw bad(at + ": dim " + std::to_string(dim));
+    if (dim == -1) continue;
+    const int64_t length = shape[static_cast<size_t>(dim)];
+    if (start < 0 || whole < 0 || whole > (int64_t{1} << 40) || start > whole - length)
+      throw bad(at + ": " + std::to_string(length) + " from " + std::to_string(start) + " of " + std::to_string(whole));
+    slice = {static_cast<int>(dim), start, whole};
+  }
+  return slices;
+}
+
+// The parts of checkpoint TAG (DIR/latest's when empty): DIR/TAG itself, or every
+// DIR/tensor_parallel_<t>_of_<n>/TAG of a tensor-parallel save.
+std::vector<SavedPart> open_parts(const std::string& dir, const std::string& requested) {
+  const std::string tag = requested.empty() ? trimmed(checkpoint::read_text_file((fs::path(dir) / "latest").string()))
+                                            : requested;
+  check_tag(tag);
+  std::vector<SavedPart> parts;
+  std::error_code ec;
+  if (fs::is_directory(fs::path(dir) / tag, ec)) {
+    parts.push_back({std::make_unique<checkpoint::CheckpointReader>(dir, tag), {}});
+    parts.back().slices = read_slices(*parts.back().reader, 0, 1);
+    return parts;
+  }
+  std::vector<int> sizes;  // n of every DIR/tensor_parallel_0_of_<n> holding TAG
+  int seen = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
+    const std::string name = it->path().filename().string(), prefix = "tensor_parallel_0_of_";
+    if (name.rfind(prefix, 0) != 0 || name.size() > prefix.size() + 4) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (fs::is_directory(it->path() / tag, ec)) sizes.push_back(std::stoi(digits));
+  }
+  if (sizes.empty()) throw Error(dir + ": no checkpoint " + tag + " (no " + dir + "/" + tag + ", nor parts of one)", dir);
+  if (sizes.size() > 1)
+    throw Error(dir + ": checkpoint " + tag + " is saved at tensor-parallel sizes " + std::to_string(sizes[0]) +
+                    " and " + std::to_string(sizes[1]) + ": remove one",
+                dir);
+  const int size = sizes[0];
+  for (int t = 0; t < size; ++t) {
+    parts.push_back({std::make_unique<checkpoint::CheckpointReader>(tensor_parallel_root(dir, t, size), tag), {}});
+    parts.back().slices = read_slices(*parts.back().reader, t, size);
+    const checkpoint::CheckpointReader& r = *parts.back().reader;
+    if (r.num_params() != parts.front().reader->num_params())
+      throw Error(r.manifest_path() + ": another set of parameters than " + parts.front().reader->manifest_path(),
+                  r.manifest_path());
+    for (int j = 0; j < r.num_params(); ++j)
+      if (r.name(j) != parts.front().reader->name(j))
+        throw Error(r.manifest_path() + ": parameter " + std::to_string(j) + " is " + r.name(j) + ", " +
+                        parts.front().reader->name(j) + " in " + parts.front().reader->manifest_path(),
+                    r.manifest_path());
+  }
+  return parts;
+}
+
+// A shape with dimension `dim` (>= 0) made `size`.
+std::vector<int64_t> with_size(std::vector<int64_t> shape, int dim, int64_t size) {
+  if (dim >= 0) shape[static_cast<size_t>(dim)] = size;
+  return shape;
+}
+
+}  // namespace
 
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
   State& s = *state_;
   const int rank = s.world.rank();
-  // Every member of a tensor-parallel group would write (and read) the same files.
-  if (s.tensor_parallel) {
-    throw Error("checkpoints with tensor parallelism are not built yet: each tensor-parallel rank's slices need "
-                "files of their own",
-                "tensor_parallel.autotp_size", rank);
-  }
   if (!options.tag.empty()) check_tag(options.tag);
-  std::unique_ptr<checkpoint::CheckpointReader> reader;
+  std::vector<SavedPart> parts;
   std::string error;
-  std::vector<int> source_of(s.param_names.size(), -1);  // saved parameter of each of ours
-  std::vector<std::pair<int, int>> targets;  // (kind index in the files, our state index)
+  std::vector<std::pair<std::string, int>> targets;  // (state kind's name, our state index)
+  // Where each range this rank fills comes from: one saved fragment read as it is (the same
+  // slice, or both whole), or this rank's slice put together from the saved slices that overlap
+  // it along their dimension (another tensor-parallel size).
+  struct Piece {
+    int part, saved;          // which part, and the parameter's index there
+    std::vector<int64_t> shape;  // the saved slice's shape
+    int64_t from, lo, hi;     // along the dimension: where the saved slice starts; the overlap
+  };
   struct Read {
-    int saved;  // parameter index in the checkpoint
+    int param;  // ours
     layout::Fragment mine;
+    int part = 0, saved = -1;    // read as it is, when `pieces` is empty
+    int dim = -1;                // else along this dimension,
+    std::vector<Piece> pieces;   // from these
   };
   std::vector<Read> reads;  // every range this rank fills, checked before any is written
   std::string rng;
+  const int members = s.tensor_parallel ? s.tensor_parallel->size() : 1;
+  const int member = s.tensor_parallel ? s.tensor_parallel->rank() : 0;
   try {
-    reader = std::make_unique<checkpoint::CheckpointReader>(dir, options.tag);
-    checkpoint::CheckpointReader& r = *reader;
+    parts = open_parts(dir, options.tag);
+    checkpoint::CheckpointReader& r = *parts.front().reader;
     const std::string& manifest_path = r.manifest_path();
     // Parameters by name, both ways.
     std::vector<std::string> missing, unexpected;
     std::set<std::string> ours(s.param_names.begin(), s.param_names.end());
+    std::vector<int> source_of(s.param_names.size(), -1);  // saved parameter of each of ours
     for (size_t i = 0; i < s.param_names.size(); ++i) {
       const int j = r.find(s.param_names[i]);
       if (j < 0) {
         missing.push_back(s.param_names[i]);
         continue;
       }
-      if (r.shape(j) != s.flat->params()[i].sizes().vec())
-        throw Error(manifest_path + ": parameter " + s.param_names[i] + " has shape " + c10::str(r.shape(j)) +
-                        " in the checkpoint, " + c10::str(s.flat->params()[i].sizes()) + " in the model",
-                    manifest_path);
       source_of[i] = j;
     }
     for (int j = 0; j < r.num_params(); ++j) {
@@ -241,43 +396,118 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       throw Error(manifest_path + ": parameter names differ (strict load)" + list, manifest_path);
     }
     // What to fill: the master weights, and the optimizer state when asked.
-    auto kind_index = [&](const std::string& name) {
-      const int k = r.kind(name);
-      if (k < 0)
-        throw Error(manifest_path + ": the checkpoint has no optimizer state \"" + name +
-                        "\" (it was saved with another optimizer); load with load_optimizer_states = false",
-                    manifest_path);
-      return k;
-    };
     const std::vector<std::string> names = s.partition->state_names();
     for (size_t k = 0; k < names.size(); ++k) {
-      if (names[k] == "master" || (!options.load_module_only && options.load_optimizer_states))
-        targets.emplace_back(kind_index(names[k]), static_cast<int>(k));
+      if (names[k] != "master" && (options.load_module_only || !options.load_optimizer_states)) continue;
+      for (const SavedPart& part : parts) {
+        if (part.reader->kind(names[k]) < 0)
+          throw Error(part.reader->manifest_path() + ": the checkpoint has no optimizer state \"" + names[k] +
+                          "\" (it was saved with another optimizer); load with load_optimizer_states = false",
+                      part.reader->manifest_path());
+      }
+      targets.emplace_back(names[k], static_cast<int>(k));
     }
     // Nothing is written before every rank has checked every file it will read: a damaged
     // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
     for (size_t i = 0; i < s.param_names.size(); ++i) {
       auto mine = s.flat->layout().fragment(static_cast<int>(i), s.partition->owner_rank());
-      if (!mine || source_of[i] < 0) continue;
-      r.verify(source_of[i], mine->param_begin, mine->param_end);
-      reads.push_back({source_of[i], *mine});
+      const int j = source_of[i];
+      if (!mine || j < 0) continue;
+      const std::vector<int64_t> shape = s.flat->params()[i].sizes().vec();
+      const State::Slice& slice = s.slices[i];
+      Read read;
+      read.param = static_cast<int>(i);
+      read.mine = *mine;
+      // The same slice as saved (or whole on both sides): read as it is, from its part.
+      for (size_t p = 0; p < parts.size() && read.saved < 0; ++p) {
+        const SavedPart::Slice& saved = parts[p].slices[static_cast<size_t>(j)];
+        if (saved.dim == slice.dim && saved.start == slice.start && parts[p].reader->shape(j) == shape &&
+            (slice.dim < 0 || saved.whole == slice.whole)) {
+          read.part = static_cast<int>(p);
+          read.saved = j;
+        }
+      }
+      if (read.saved < 0) {
+        // Put together along the dimension the slices split (ours, or the saved ones').
+        const SavedPart::Slice& first = parts.front().slices[static_cast<size_t>(j)];
+        read.dim = slice.dim >= 0 ? slice.dim : first.dim;
+        const auto whole_shape = [&](const std::vector<int64_t>& local, const SavedPart::Slice& at) {
+          return at.dim < 0 ? local : with_size(local, at.dim, at.whole);
+        };
+        const std::vector<int64_t> ours_whole =
+            slice.dim < 0 ? shape : with_size(shape, slice.dim, slice.whole);
+        if (whole_shape(parts.front().reader->shape(j), first) != ours_whole)
+          throw Error(manifest_path + ": parameter " + s.param_names[i] + " has shape " +
+                          c10::str(whole_shape(parts.front().reader->shape(j), first)) + " in the checkpoint, " +
+                          c10::str(ours_whole) + " in the model",
+                      manifest_path);
+        const int64_t begin = slice.dim < 0 ? 0 : slice.start;
+        const int64_t end = begin + (read.dim < 0 ? 0 : shape[static_cast<size_t>(read.dim)]);
+        int64_t covered = 0;
+        for (size_t p = 0; p < parts.size(); ++p) {
+          const SavedPart::Slice& saved = parts[p].slices[static_cast<size_t>(j)];
+          if (saved.dim < 0 && p > 0) break;  // whole in every part: the first one serves
+          if (saved.dim >= 0 && saved.dim != read.dim)
+            throw Error(parts[p].reader->manifest_path() + ": " + s.param_names[i] + " is split along dimension " +
+                            std::to_string(saved.dim) + ", the model splits it along " + std::to_string(read.dim),
+                        parts[p].reader->manifest_path());
+          const std::vector<int64_t> saved_shape = parts[p].reader->shape(j);
+          const int64_t from = saved.dim < 0 ? 0 : saved.start;
+          const int64_t lo = std::max(begin, from), hi = std::min(end, from + saved_shape[static_cast<size_t>(read.dim)]);
+          if (lo >= hi) continue;
+          parts[p].reader->verify(j, 0, parts[p].reader->numel(j));
+          read.pieces.push_back({static_cast<int>(p), j, saved_shape, from, lo, hi});
+          covered += hi - lo;
+        }
+        if (covered != end - begin)
+          throw Error(manifest_path + ": the saved slices of " + s.param_names[i] + " cover " + std::to_string(covered) +
+                          " of the " + std::to_string(end - begin) + " rows this rank needs",
+                      manifest_path);
+      } else {
+        parts[static_cast<size_t>(read.part)].reader->verify(j, mine->param_begin, mine->param_end);
+      }
+      reads.push_back(std::move(read));
     }
-    if (!options.load_module_only) rng = saved_cpu_rng_state(r, rank, s.world.size());
+    // Random states come back at the layout they were saved at.
+    if (!options.load_module_only && static_cast<int>(parts.size()) == members)
+      rng = saved_cpu_rng_state(*parts[static_cast<size_t>(member)].reader, rank, s.world.size());
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree(s.comm, error, rank, "load_checkpoint");
+  agree_everywhere(s.comm, s.tensor_parallel, error, rank, "load_checkpoint");
   try {  // what was verified; only an I/O error from here on
     // State by state, in pieces of the owned buffer (the whole of it in memory, a tile on NVMe):
     // each fragment's part inside the piece.
-    for (const auto& [kind, k] : targets) {
+    for (const auto& [kind_name, k] : targets) {
+      int assembled_for = -1;  // the parameter `assembled` holds this rank's slice of
+      at::Tensor assembled;
       s.partition->read_state(k, [&](int64_t offset, int64_t length, float* out) {
         for (const Read& read : reads) {
           const int64_t first = read.mine.owned_offset, count = read.mine.param_end - read.mine.param_begin;
           const int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + length);
           if (lo >= hi) continue;
-          reader->read(read.saved, kind, read.mine.param_begin + (lo - first), read.mine.param_begin + (hi - first),
-                       out + (lo - offset));
+          const int64_t begin = read.mine.param_begin + (lo - first), end = read.mine.param_begin + (hi - first);
+          if (read.pieces.empty()) {
+            checkpoint::CheckpointReader& r = *parts[static_cast<size_t>(read.part)].reader;
+            r.read(read.saved, r.kind(kind_name), begin, end, out + (lo - offset));
+            continue;
+          }
+          if (assembled_for != read.param) {
+            assembled = at::empty(s.flat->params()[static_cast<size_t>(read.param)].sizes(), at::kFloat);
+            const int64_t mine_from = s.slices[static_cast<size_t>(read.param)].dim < 0
+                                          ? 0
+                                          : s.slices[static_cast<size_t>(read.param)].start;
+            for (const Piece& piece : read.pieces) {
+              checkpoint::CheckpointReader& r = *parts[static_cast<size_t>(piece.part)].reader;
+              at::Tensor saved = at::empty(piece.shape, at::kFloat);
+              r.read(piece.saved, r.kind(kind_name), 0, saved.numel(), saved.data_ptr<float>());
+              assembled.narrow(read.dim, piece.lo - mine_from, piece.hi - piece.lo)
+                  .copy_(saved.narrow(read.dim, piece.lo - piece.from, piece.hi - piece.lo));
+            }
+            assembled_for = read.param;
+          }
+          std::memcpy(out + (lo - offset), assembled.data_ptr<float>() + begin,
+                      static_cast<size_t>(end - begin) * sizeof(float));
         }
       });
     }
@@ -285,8 +515,8 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree(s.comm, error, rank, "load_checkpoint");
-  const json& m = reader->manifest();
+  agree_everywhere(s.comm, s.tensor_parallel, error, rank, "load_checkpoint");
+  const json& m = parts.front().reader->manifest();
   s.partition->sync_parameters(/*master_changed=*/true);
   s.buckets->forget_secondaries();  // hpZ: they hold the weights before the load
   s.buckets->zero();

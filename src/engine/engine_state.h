@@ -41,10 +41,16 @@ struct Engine::State {
   double grad_norm = 0;
   std::vector<std::string> warnings;
   std::vector<std::string> param_names;  // of flat->params(), from the module (checkpoints)
-  // Tensor parallelism: the group, and the parameters (indices into flat->params()) that every
-  // member holds whole, which the gradient norm counts on the group's first member only.
+  // Tensor parallelism: the group; the parameters (indices into flat->params()) that every member
+  // holds whole, which the gradient norm counts on the group's first member only; and where each
+  // parameter's slice sits in the whole parameter (all whole without tensor parallelism).
   World* tensor_parallel = nullptr;
   std::vector<int> replicated_params;
+  struct Slice {
+    int dim = -1;                  // -1: the whole parameter
+    int64_t start = 0, whole = 0;  // along dim: where this slice starts, the whole parameter's size
+  };
+  std::vector<Slice> slices;
   torch::nn::Module* model = nullptr;
   bool no_sync = false;             // inside a NoSync
   bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
