@@ -7,6 +7,7 @@
 // parameters it owns now, from whichever files hold them.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <climits>
 #include <csignal>
 #include <cstring>
 
@@ -48,12 +49,15 @@ std::string saved_cpu_rng_state(const checkpoint::CheckpointReader& reader, int 
 // (when there is one), so that every rank of the world learns of an error on any, and throws.
 void agree_everywhere(Communicator& data_parallel, World* tensor_parallel, const std::string& error, int rank,
                       const std::string& what) {
-  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
-  data_parallel.all_reduce(failed, ReduceOp::kMax, {.async = false});
-  if (tensor_parallel) tensor_parallel->communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
-  if (failed.item<int>() == 0) return;
+  if (!tensor_parallel) return agree(data_parallel, error, rank, what);
+  // The first failing rank (by its data-parallel rank) as zero::agree names it.
+  at::Tensor first = at::full({1}, error.empty() ? INT_MAX : rank, at::kInt);
+  data_parallel.all_reduce(first, ReduceOp::kMin, {.async = false});
+  tensor_parallel->communicator().all_reduce(first, ReduceOp::kMin, {.async = false});
+  const int failed = first.item<int>();
+  if (failed == INT_MAX) return;
   if (!error.empty()) throw Error(error, what, rank);
-  throw Error(what + " failed on another rank (its error is printed there)", what, rank);
+  throw Error(what + " failed on data-parallel rank " + std::to_string(failed) + " of a tensor-parallel member (its error is printed there)", what, rank);
 }
 
 // Where tensor-parallel member `rank` of `size` keeps its part of every checkpoint in DIR.
