@@ -230,10 +230,6 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   // from here on `data_parallel` is the world the engine, the data and the loss see.
   std::optional<ParallelGrid> grid;
   if (config.tensor_parallel.size > 1) {
-    if (!options.export_path.empty()) {
-      throw Error("--export with tensor parallelism is not built yet (zero-ckpt consolidate neither)",
-                  config.tensor_parallel.key);
-    }
     grid.emplace(whole_world, config.tensor_parallel.size);
   }
   World& data_parallel = grid ? grid->data_parallel() : whole_world;

@@ -1,6 +1,11 @@
 #include "models/llama/hf_model_dir.h"
 
+#include "models/llama/llama_tensor_parallel.h"
+#include "zero/tensor_parallel.h"
+
 #include <ATen/ATen.h>
+
+#include <algorithm>
 
 #include <filesystem>
 #include <map>
@@ -132,14 +137,30 @@ std::unique_ptr<WeightSource> file_weights(const HfModel& model) { return std::m
 void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohmann::ordered_json& config_json,
                     const HfExportOptions& options, World& world) {
   // The engine's parameters under Hugging Face's names; a tied lm_head is the embedding, stored once.
+  // Under tensor parallelism each member holds slices: the files hold the whole tensors, joined
+  // on the first member from every member's slice (llama.h's split, slice_range's sizes).
+  const TensorParallelPlace& place = model.place;
+  const std::vector<HfTensor> tensors = llama_tensors(model.config);
   const std::vector<Engine::ParameterInfo> params = engine.parameter_infos();
   std::vector<checkpoint::SafetensorsEntry> entries;
+  std::vector<int> split_dims;  // per parameter: the dimension its slices join along, or -1
   std::string dtype;
   for (const auto& p : params) {
-    const std::string d = safetensors_dtype_name(p.dtype);
+    const std::string d = safetensors_dtype_name(p.dtype), name = hf_name(p.name);
     if (dtype.empty()) dtype = d;
-    entries.push_back({hf_name(p.name), d, p.shape, static_cast<uint64_t>(p.bytes)});
+    std::vector<int64_t> shape = p.shape;
+    uint64_t bytes = static_cast<uint64_t>(p.bytes);
+    const int dim = place.group ? split_dim(split_of(name)) : -1;
+    if (dim >= 0) {
+      const auto whole = std::find_if(tensors.begin(), tensors.end(), [&](const HfTensor& t) { return t.name == name; });
+      if (whole == tensors.end()) throw Error("the engine holds a parameter " + name + " that is not part of the Hugging Face model", name);
+      shape = whole->shape;
+      bytes = bytes / static_cast<uint64_t>(p.shape[static_cast<size_t>(dim)]) * static_cast<uint64_t>(shape[static_cast<size_t>(dim)]);
+    }
+    split_dims.push_back(dim);
+    entries.push_back({name, d, shape, bytes});
   }
+  const bool writes = place.rank == 0;  // the first tensor-parallel member (on its data-parallel rank 0)
   // Every tensor of the model, each once (tied weights are one parameter to the engine).
   std::set<std::string> expected;
   for (const HfTensor& t : llama_tensors(model.config)) expected.insert(t.name);
@@ -159,11 +180,27 @@ void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohman
     if (!writer) writer = std::make_unique<checkpoint::HfDirectoryWriter>(options.out_dir, entries, options.max_shard_bytes);
   };
   engine.visit_whole_parameters(
-      [&](size_t, const at::Tensor& value) {
+      [&](size_t i, const at::Tensor& value) {
+        at::Tensor whole = value;
+        if (const int dim = split_dims[i]; dim >= 0) {
+          // Every member's slice, broadcast by its holder, into the whole tensor.
+          const std::vector<int64_t>& shape = entries[i].shape;
+          whole = at::empty(shape, value.options());
+          for (int t = 0; t < place.size; ++t) {
+            const SliceRange r = slice_range(shape[static_cast<size_t>(dim)], t, place.size);
+            std::vector<int64_t> slice_shape = shape;
+            slice_shape[static_cast<size_t>(dim)] = r.length;
+            at::Tensor slice = t == place.rank ? value.contiguous() : at::empty(slice_shape, value.options());
+            place.group->broadcast(slice, t, {.async = false});
+            whole.narrow(dim, r.start, r.length).copy_(slice);
+          }
+        }
+        if (!writes) return;
         open();
-        writer->append(value.data_ptr(), static_cast<uint64_t>(value.nbytes()));
+        writer->append(whole.data_ptr(), static_cast<uint64_t>(whole.nbytes()));
       },
       [&] {
+        if (!writes) return;
         open();
         writer->add_file("config.json", export_llama_config(config_json, torch_dtype_name(dtype)).dump(2) + "\n");
         if (!options.source_dir.empty()) {

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
+
+#include "checkpoint/safetensors_reader.h"
 #include "models/common/trainer.h"
 #include "tests/dist/scratch_dir.h"
 
@@ -59,6 +62,21 @@ inline std::vector<double> losses(const TrainerResult& r) {
   std::vector<double> out;
   for (const auto& s : r.steps) out.push_back(s.loss);
   return out;
+}
+
+// Two Hugging Face directories hold the same tensors, bit for bit (names, dtypes, shapes, bytes).
+inline void expect_same_weights(const std::string& a_dir, const std::string& b_dir, const std::string& what) {
+  const zero::checkpoint::SafetensorsModel in(a_dir), out(b_dir);
+  EXPECT_EQ(in.names(), out.names()) << what;
+  for (const auto& tensor : in.names()) {
+    const auto a = in.find(tensor), b = out.find(tensor);
+    ASSERT_TRUE(b.file) << what << ": " << tensor << " not exported";
+    EXPECT_EQ(a.tensor->dtype, b.tensor->dtype) << what << ": " << tensor;
+    EXPECT_EQ(a.tensor->shape, b.tensor->shape) << what << ": " << tensor;
+    const uint64_t bytes = a.tensor->end - a.tensor->begin;
+    ASSERT_EQ(bytes, b.tensor->end - b.tensor->begin) << what << ": " << tensor;
+    EXPECT_EQ(std::memcmp(a.file->data(*a.tensor), b.file->data(*b.tensor), bytes), 0) << what << ": " << tensor << " changed";
+  }
 }
 
 struct Scratch : ScratchDir {
