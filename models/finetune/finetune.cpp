@@ -17,6 +17,7 @@
 #include "models/common/run_report.h"
 #include "models/llama/llama_trainable.h"
 #include "text/tokenizer.h"
+#include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
 namespace zero::finetune {
@@ -62,7 +63,8 @@ std::string resolve_resume(const TrainingArguments& args) {
 // One run: what the loop's helpers share.
 struct Run {
   const TrainingArguments& args;
-  World& world;
+  World& whole_world;  // every rank: the files rank 0 writes
+  World& world;        // the data-parallel ranks (all of them without tensor parallelism)
   models::TrainableModel& model;
   Engine& engine;
   const Config& config;
@@ -122,14 +124,14 @@ struct Run {
   // left waiting in the next collective.
   void on_rank0(const std::string& what, const std::function<void()>& work) {
     std::string error;
-    if (world.rank() == 0) {
+    if (whole_world.rank() == 0) {
       try {
         work();
       } catch (const std::exception& e) {
         error = e.what();
       }
     }
-    zero::agree(world.communicator(), error, world.rank(), what);
+    zero::agree(whole_world.communicator(), error, whole_world.rank(), what);
   }
 
   void log(nlohmann::ordered_json logs) {
@@ -142,9 +144,20 @@ struct Run {
 
 }  // namespace
 
-FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::FILE* out) {
+// The config's tensor-parallel size, read ahead: the batches are cut per data-parallel rank before
+// the config is resolved (its schedule needs their count). 1 when the file does not parse: the
+// full read reports why.
+int tensor_parallel_size(const std::string& path) {
+  try {
+    return Config::parse_file(path).tensor_parallel.size;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world, std::FILE* out) {
   const auto started = Clock::now();
-  if (world.rank() != 0) out = nullptr;
+  if (whole_world.rank() != 0) out = nullptr;
   for (const auto& [flag, value] : {std::pair{"--deepspeed", &given_args.deepspeed},
                                    {"--model_name_or_path", &given_args.model_name_or_path},
                                    {"--dataset", &given_args.dataset},
@@ -169,6 +182,11 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
                             args.model_max_length, hf.config.max_position_embeddings, args.model_name_or_path),
                 "--model_max_length");
   }
+  // Tensor parallelism (docs/tensor_parallel.md): the model is split over groups of ranks and
+  // `world` is from here on the data-parallel ranks, which the batches, the engine and the loss see.
+  std::optional<ParallelGrid> grid;
+  if (const int size = tensor_parallel_size(args.deepspeed); size > 1) grid.emplace(whole_world, size);
+  World& world = grid ? grid->data_parallel() : whole_world;
   const InstructionData data = read_instruction_data(args.dataset, tokenizer, args.model_max_length);
   std::optional<InstructionData> eval_data;
   if (!args.eval_dataset.empty()) eval_data = read_instruction_data(args.eval_dataset, tokenizer, args.model_max_length);
@@ -181,25 +199,25 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& world, std::
                          : static_cast<int64_t>(std::ceil(args.num_train_epochs * static_cast<double>(batches.steps_per_epoch())));
   const int64_t warmup = trainer_warmup_steps(args, max_steps);
   bool trainer_optimizer = false;
-  Config config = trainer_config(args, world.size(), hf.config.hidden_size, max_steps, warmup, notes, trainer_optimizer);
-  if (config.tensor_parallel.size > 1) {
-    throw Error("zero-finetune does not run tensor parallelism yet (zero-train --model does)", config.tensor_parallel.key);
-  }
+  Config config =
+      trainer_config(args, whole_world.size(), hf.config.hidden_size, max_steps, warmup, notes, trainer_optimizer);
   if (config.zero.offload_optimizer.device == OffloadDevice::kNvme || config.zero.offload_param.device == OffloadDevice::kNvme)
     return_large_blocks();  // resident memory is the point (as zero-train)
   gpt::Report report(out, args.progress_bar, max_steps);
   for (const std::string& note : notes) report.line("zero-finetune: " + note);
   torch::manual_seed(static_cast<uint64_t>(args.seed));
-  const std::unique_ptr<models::TrainableModel> model = llama::make_llama(hf, config, world);
+  const std::unique_ptr<models::TrainableModel> model =
+      llama::make_llama(hf, config, world, {}, /*partitioned=*/true, grid ? &*grid : nullptr);
   hf.weights.reset();  // the files' weights are in the model now
   if (args.gradient_checkpointing) model->set_checkpoint_every(1);
   // The Trainer's own AdamW groups its parameters; an optimizer from the config gets them as one
   // list (transformers' DummyOptim), so every parameter decays.
   Engine engine(model->module(), config, world,
-                trainer_optimizer ? decay_groups(model->module(), config.optimizer.weight_decay) : std::vector<ParamGroup>{});
+                trainer_optimizer ? decay_groups(model->module(), config.optimizer.weight_decay) : std::vector<ParamGroup>{},
+                model->tensor_parallel());
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
 
-  Run run{args, world, *model, engine, config, report, {}};
+  Run run{args, whole_world, world, *model, engine, config, report, {}};
   run.state.max_steps = max_steps;
   run.state.logging_steps = args.logging_steps;
   run.state.eval_steps = args.eval_steps > 0 ? args.eval_steps : args.logging_steps;

@@ -33,22 +33,25 @@ struct Scratch : ScratchDir {
   Scratch() : ScratchDir("zero_finetune_test") {}
 };
 
-TrainingArguments arguments(const Scratch& scratch, int stage) {
-  const std::string config = (scratch.root / ("stage" + std::to_string(stage) + ".json")).string();
+// `tensor_parallel`: the config's autotp_size (the data-parallel ranks are the world over it).
+TrainingArguments arguments(const Scratch& scratch, int stage, int tensor_parallel = 1) {
+  const std::string name = "stage" + std::to_string(stage) + "tp" + std::to_string(tensor_parallel);
+  const std::string config = (scratch.root / (name + ".json")).string();
   if (test_world().rank() == 0) {
     std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
       "gradient_clipping": "auto", "zero_allow_untested_optimizer": true, "zero_optimization": {"stage": )" << stage
                           << R"(, "reduce_bucket_size": 5000, "overlap_comm": true,
-      "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "SGD", "params": {"lr": "auto"}}})";
+      "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "SGD", "params": {"lr": "auto"}},
+      "tensor_parallel": {"autotp_size": )" << tensor_parallel << "}}";
   }
   test_world().communicator().barrier({.async = false});
   TrainingArguments a;
   a.deepspeed = config;
   a.model_name_or_path = (cases_dir() / "model").string();
   a.dataset = (cases_dir() / "data.json").string();
-  a.output_dir = (scratch.root / ("out" + std::to_string(stage))).string();
+  a.output_dir = (scratch.root / ("out" + name)).string();
   a.per_device_train_batch_size = 2;
-  a.gradient_accumulation_steps = 8 / (2 * test_world().size());  // 8 rows a step: the whole set
+  a.gradient_accumulation_steps = 8 / (2 * test_world().size() / tensor_parallel);  // 8 rows a step: the whole set
   a.learning_rate = 0.5;
   a.max_grad_norm = 0;  // no clipping: the reference has none
   a.lr_scheduler_type = "constant";
@@ -83,6 +86,28 @@ TEST(Finetune, MaskedLossEqualsTheReferenceAtStages0And3) {
     ASSERT_EQ(result.log_history.size(), 7u);
     EXPECT_NEAR(result.log_history[0]["loss"].get<double>(), reference[0], 5e-5);
     EXPECT_EQ(result.log_history[4]["step"], 3);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
+          << "stage " << stage << " evaluation after step " << i + 1;
+    }
+  }
+}
+
+
+// The same run with the model split over tensor-parallel groups of 2 (the vocabulary-parallel loss
+// summed over learned tokens, the data over data-parallel ranks only): the reference's losses.
+TEST(Finetune, MaskedLossEqualsTheReferenceUnderTensorParallelism) {
+  if (cases_dir().empty()) GTEST_FAIL() << "ZERO_FINETUNE_CASES is not set (CTest's finetune_cases fixture sets it)";
+  if (test_world().size() % 2 != 0) GTEST_SKIP() << "tensor-parallel groups of 2 need an even world";
+  std::ifstream in(cases_dir() / "expected.json");
+  const auto reference = nlohmann::json::parse(in)["losses"].get<std::vector<double>>();
+  Scratch scratch;
+  for (int stage : {0, 3}) {
+    const zero::finetune::FinetuneResult result =
+        zero::finetune::finetune(arguments(scratch, stage, 2), test_world(), nullptr);
+    ASSERT_EQ(result.step_losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << "stage " << stage << " step " << i + 1;
     for (size_t i = 0; i < 2; ++i) {
       EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
           << "stage " << stage << " evaluation after step " << i + 1;
