@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
         {"bf16", zero::checkpoint::OutputDtype::kBf16},
         {"fp16", zero::checkpoint::OutputDtype::kFp16}};
     options.dtype = dtypes.at(dtype);
-    zero::checkpoint::CheckpointReader reader(options.dir, options.tag);
+    zero::checkpoint::CheckpointParts reader(options.dir, options.tag);  // a tensor-parallel one's slices joined
     if (format == "llmc" && options.dtype != zero::checkpoint::OutputDtype::kFp32)
       throw zero::Error("--format llmc writes fp32 (llm.c's version 3)", "--dtype");
     const auto sink =

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/reader.h"
+#include "checkpoint/parts.h"
 
 namespace zero::checkpoint {
 
@@ -21,8 +21,9 @@ enum class OutputDtype { kFp32, kBf16, kFp16 };
 class ConsolidationSink {
  public:
   virtual ~ConsolidationSink() = default;
-  // The saved parameters to write, as indices of `reader`, in file order; called once, first.
-  virtual std::vector<int> order(const CheckpointReader& reader) = 0;
+  // The saved parameters to write, as indices of `reader` (whole parameters: a tensor-parallel
+  // checkpoint's slices joined), in file order; called once, first.
+  virtual std::vector<int> order(const CheckpointParts& reader) = 0;
   virtual void append(int param, const std::vector<float>& values) = 0;
   virtual void finish() = 0;
 };
@@ -35,7 +36,7 @@ struct ConsolidateResult {
   int64_t largest_tensor = 0;  // elements of the largest parameter (what memory follows)
 };
 
-ConsolidateResult consolidate(CheckpointReader& reader, ConsolidationSink& sink);
+ConsolidateResult consolidate(CheckpointParts& reader, ConsolidationSink& sink);
 
 // The common case: DIR/TAG (tag empty: DIR/latest) into a safetensors file.
 struct ConsolidateOptions {

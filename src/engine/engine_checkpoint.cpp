@@ -19,6 +19,7 @@
 #include <set>
 
 #include "checkpoint/files.h"
+#include "checkpoint/parts.h"
 #include "checkpoint/reader.h"
 #include "engine/engine_state.h"
 #include "zero/error.h"
@@ -31,6 +32,7 @@ using json = nlohmann::json;
 using checkpoint::check_tag;
 using checkpoint::rng_file_name;
 using checkpoint::shard_file_name;
+using checkpoint::tensor_parallel_root;
 
 at::Tensor cpu_rng_state() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -58,11 +60,6 @@ void agree_everywhere(Communicator& data_parallel, World* tensor_parallel, const
   if (failed == INT_MAX) return;
   if (!error.empty()) throw Error(error, what, rank);
   throw Error(what + " failed on data-parallel rank " + std::to_string(failed) + " of a tensor-parallel member (its error is printed there)", what, rank);
-}
-
-// Where tensor-parallel member `rank` of `size` keeps its part of every checkpoint in DIR.
-std::string tensor_parallel_root(const std::string& dir, int rank, int size) {
-  return (fs::path(dir) / ("tensor_parallel_" + std::to_string(rank) + "_of_" + std::to_string(size))).string();
 }
 
 void set_cpu_rng_state(const std::string& bytes) {
@@ -242,104 +239,6 @@ void Engine::save_partitions(const std::string& dir, const std::string& tag, con
 
 namespace {
 
-// One saved part of a checkpoint: the whole of a plain one, or one tensor-parallel member's, with
-// where each of its parameters' slices sits in the whole parameter.
-struct SavedPart {
-  std::unique_ptr<checkpoint::CheckpointReader> reader;
-  struct Slice {
-    int dim = -1;
-    int64_t start = 0, whole = 0;
-  };
-  std::vector<Slice> slices;  // per saved parameter
-};
-
-std::string trimmed(const std::string& text) {
-  const size_t first = text.find_first_not_of(" \t\r\n"), last = text.find_last_not_of(" \t\r\n");
-  return first == std::string::npos ? "" : text.substr(first, last - first + 1);
-}
-
-// A part's "tensor_parallel" block (absent: every parameter whole), checked against its shapes
-// before anything is sized by it: the manifest is a file from elsewhere.
-std::vector<SavedPart::Slice> read_slices(const checkpoint::CheckpointReader& r, int rank, int size) {
-  const json& m = r.manifest();
-  const std::string& path = r.manifest_path();
-  std::vector<SavedPart::Slice> slices(static_cast<size_t>(r.num_params()));
-  for (int j = 0; j < r.num_params(); ++j) slices[static_cast<size_t>(j)].whole = r.numel(j);
-  if (!m.contains("tensor_parallel")) {
-    if (size > 1) throw Error(path + ": a tensor-parallel part without its \"tensor_parallel\" block", path);
-    return slices;
-  }
-  const json& tp = m["tensor_parallel"];
-  auto bad = [&](const std::string& why) { return Error(path + ": tensor_parallel." + why, path); };
-  if (!tp.is_object() || !tp.contains("size") || !tp["size"].is_number_integer() || tp["size"].get<int64_t>() != size ||
-      !tp.contains("rank") || !tp["rank"].is_number_integer() || tp["rank"].get<int64_t>() != rank)
-    throw bad("size/rank: expected " + std::to_string(size) + " and " + std::to_string(rank) + " (its directory's)");
-  const json& list = tp.value("slices", json());
-  if (!list.is_array() || list.size() != slices.size())
-    throw bad("slices: expected one per parameter (" + std::to_string(slices.size()) + ")");
-  for (int j = 0; j < r.num_params(); ++j) {
-    const json& e = list[static_cast<size_t>(j)];
-    const std::string at = "slices[" + std::to_string(j) + "]";
-    if (!e.is_array() || e.size() != 3 || !e[0].is_number_integer() || !e[1].is_number_integer() ||
-        !e[2].is_number_integer())
-      throw bad(at + ": expected [dim, start, whole size]");
-    const std::vector<int64_t> shape = r.shape(j);
-    SavedPart::Slice& slice = slices[static_cast<size_t>(j)];
-    const int64_t dim = e[0].get<int64_t>(), start = e[1].get<int64_t>(), whole = e[2].get<int64_t>();
-    if (dim < -1 || dim >= static_cast<int64_t>(shape.size())) throw bad(at + ": dim " + std::to_string(dim));
-    if (dim == -1) continue;
-    const int64_t length = shape[static_cast<size_t>(dim)];
-    if (start < 0 || whole < 0 || whole > (int64_t{1} << 40) || start > whole - length)
-      throw bad(at + ": " + std::to_string(length) + " from " + std::to_string(start) + " of " + std::to_string(whole));
-    slice = {static_cast<int>(dim), start, whole};
-  }
-  return slices;
-}
-
-// The parts of checkpoint TAG (DIR/latest's when empty): DIR/TAG itself, or every
-// DIR/tensor_parallel_<t>_of_<n>/TAG of a tensor-parallel save.
-std::vector<SavedPart> open_parts(const std::string& dir, const std::string& requested) {
-  const std::string tag = requested.empty() ? trimmed(checkpoint::read_text_file((fs::path(dir) / "latest").string()))
-                                            : requested;
-  check_tag(tag);
-  std::vector<SavedPart> parts;
-  std::error_code ec;
-  if (fs::is_directory(fs::path(dir) / tag, ec)) {
-    parts.push_back({std::make_unique<checkpoint::CheckpointReader>(dir, tag), {}});
-    parts.back().slices = read_slices(*parts.back().reader, 0, 1);
-    return parts;
-  }
-  std::vector<int> sizes;  // n of every DIR/tensor_parallel_0_of_<n> holding TAG
-  int seen = 0;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
-    const std::string name = it->path().filename().string(), prefix = "tensor_parallel_0_of_";
-    if (name.rfind(prefix, 0) != 0 || name.size() > prefix.size() + 4) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (fs::is_directory(it->path() / tag, ec)) sizes.push_back(std::stoi(digits));
-  }
-  if (sizes.empty()) throw Error(dir + ": no checkpoint " + tag + " (no " + dir + "/" + tag + ", nor parts of one)", dir);
-  if (sizes.size() > 1)
-    throw Error(dir + ": checkpoint " + tag + " is saved at tensor-parallel sizes " + std::to_string(sizes[0]) +
-                    " and " + std::to_string(sizes[1]) + ": remove one",
-                dir);
-  const int size = sizes[0];
-  for (int t = 0; t < size; ++t) {
-    parts.push_back({std::make_unique<checkpoint::CheckpointReader>(tensor_parallel_root(dir, t, size), tag), {}});
-    parts.back().slices = read_slices(*parts.back().reader, t, size);
-    const checkpoint::CheckpointReader& r = *parts.back().reader;
-    if (r.num_params() != parts.front().reader->num_params())
-      throw Error(r.manifest_path() + ": another set of parameters than " + parts.front().reader->manifest_path(),
-                  r.manifest_path());
-    for (int j = 0; j < r.num_params(); ++j)
-      if (r.name(j) != parts.front().reader->name(j))
-        throw Error(r.manifest_path() + ": parameter " + std::to_string(j) + " is " + r.name(j) + ", " +
-                        parts.front().reader->name(j) + " in " + parts.front().reader->manifest_path(),
-                    r.manifest_path());
-  }
-  return parts;
-}
-
 // A shape with dimension `dim` (>= 0) made `size`.
 std::vector<int64_t> with_size(std::vector<int64_t> shape, int dim, int64_t size) {
   if (dim >= 0) shape[static_cast<size_t>(dim)] = size;
@@ -352,7 +251,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   State& s = *state_;
   const int rank = s.world.rank();
   if (!options.tag.empty()) check_tag(options.tag);
-  std::vector<SavedPart> parts;
+  std::unique_ptr<checkpoint::CheckpointParts> parts;
   std::string error;
   std::vector<std::pair<std::string, int>> targets;  // (state kind's name, our state index)
   // Where each range this rank fills comes from: one saved fragment read as it is (the same
@@ -375,8 +274,8 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   const int members = s.tensor_parallel ? s.tensor_parallel->size() : 1;
   const int member = s.tensor_parallel ? s.tensor_parallel->rank() : 0;
   try {
-    parts = open_parts(dir, options.tag);
-    checkpoint::CheckpointReader& r = *parts.front().reader;
+    parts = std::make_unique<checkpoint::CheckpointParts>(dir, options.tag);
+    checkpoint::CheckpointReader& r = parts->part(0);
     const std::string& manifest_path = r.manifest_path();
     // Parameters by name, both ways.
     std::vector<std::string> missing, unexpected;
@@ -403,12 +302,10 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     const std::vector<std::string> names = s.partition->state_names();
     for (size_t k = 0; k < names.size(); ++k) {
       if (names[k] != "master" && (options.load_module_only || !options.load_optimizer_states)) continue;
-      for (const SavedPart& part : parts) {
-        if (part.reader->kind(names[k]) < 0)
-          throw Error(part.reader->manifest_path() + ": the checkpoint has no optimizer state \"" + names[k] +
-                          "\" (it was saved with another optimizer); load with load_optimizer_states = false",
-                      part.reader->manifest_path());
-      }
+      if (!parts->has_kind(names[k]))
+        throw Error(manifest_path + ": the checkpoint has no optimizer state \"" + names[k] +
+                        "\" (it was saved with another optimizer); load with load_optimizer_states = false",
+                    manifest_path);
       targets.emplace_back(names[k], static_cast<int>(k));
     }
     // Nothing is written before every rank has checked every file it will read: a damaged
@@ -423,9 +320,9 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       read.param = static_cast<int>(i);
       read.mine = *mine;
       // The same slice as saved (or whole on both sides): read as it is, from its part.
-      for (size_t p = 0; p < parts.size() && read.saved < 0; ++p) {
-        const SavedPart::Slice& saved = parts[p].slices[static_cast<size_t>(j)];
-        if (saved.dim == slice.dim && saved.start == slice.start && parts[p].reader->shape(j) == shape &&
+      for (size_t p = 0; p < parts->size() && read.saved < 0; ++p) {
+        const checkpoint::SavedSlice& saved = parts->slice(p, j);
+        if (saved.dim == slice.dim && saved.start == slice.start && parts->part(p).shape(j) == shape &&
             (slice.dim < 0 || saved.whole == slice.whole)) {
           read.part = static_cast<int>(p);
           read.saved = j;
@@ -433,33 +330,33 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       }
       if (read.saved < 0) {
         // Put together along the dimension the slices split (ours, or the saved ones').
-        const SavedPart::Slice& first = parts.front().slices[static_cast<size_t>(j)];
+        const checkpoint::SavedSlice& first = parts->slice(0, j);
         read.dim = slice.dim >= 0 ? slice.dim : first.dim;
-        const auto whole_shape = [&](const std::vector<int64_t>& local, const SavedPart::Slice& at) {
+        const auto whole_shape = [&](const std::vector<int64_t>& local, const checkpoint::SavedSlice& at) {
           return at.dim < 0 ? local : with_size(local, at.dim, at.whole);
         };
         const std::vector<int64_t> ours_whole =
             slice.dim < 0 ? shape : with_size(shape, slice.dim, slice.whole);
-        if (whole_shape(parts.front().reader->shape(j), first) != ours_whole)
+        if (whole_shape(parts->part(0).shape(j), first) != ours_whole)
           throw Error(manifest_path + ": parameter " + s.param_names[i] + " has shape " +
-                          c10::str(whole_shape(parts.front().reader->shape(j), first)) + " in the checkpoint, " +
+                          c10::str(whole_shape(parts->part(0).shape(j), first)) + " in the checkpoint, " +
                           c10::str(ours_whole) + " in the model",
                       manifest_path);
         const int64_t begin = slice.dim < 0 ? 0 : slice.start;
         const int64_t end = begin + (read.dim < 0 ? 0 : shape[static_cast<size_t>(read.dim)]);
         int64_t covered = 0;
-        for (size_t p = 0; p < parts.size(); ++p) {
-          const SavedPart::Slice& saved = parts[p].slices[static_cast<size_t>(j)];
+        for (size_t p = 0; p < parts->size(); ++p) {
+          const checkpoint::SavedSlice& saved = parts->slice(p, j);
           if (saved.dim < 0 && p > 0) break;  // whole in every part: the first one serves
           if (saved.dim >= 0 && saved.dim != read.dim)
-            throw Error(parts[p].reader->manifest_path() + ": " + s.param_names[i] + " is split along dimension " +
+            throw Error(parts->part(p).manifest_path() + ": " + s.param_names[i] + " is split along dimension " +
                             std::to_string(saved.dim) + ", the model splits it along " + std::to_string(read.dim),
-                        parts[p].reader->manifest_path());
-          const std::vector<int64_t> saved_shape = parts[p].reader->shape(j);
+                        parts->part(p).manifest_path());
+          const std::vector<int64_t> saved_shape = parts->part(p).shape(j);
           const int64_t from = saved.dim < 0 ? 0 : saved.start;
           const int64_t lo = std::max(begin, from), hi = std::min(end, from + saved_shape[static_cast<size_t>(read.dim)]);
           if (lo >= hi) continue;
-          parts[p].reader->verify(j, 0, parts[p].reader->numel(j));
+          parts->part(p).verify(j, 0, parts->part(p).numel(j));
           read.pieces.push_back({static_cast<int>(p), j, saved_shape, from, lo, hi});
           covered += hi - lo;
         }
@@ -468,13 +365,13 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
                           " of the " + std::to_string(end - begin) + " rows this rank needs",
                       manifest_path);
       } else {
-        parts[static_cast<size_t>(read.part)].reader->verify(j, mine->param_begin, mine->param_end);
+        parts->part(static_cast<size_t>(read.part)).verify(j, mine->param_begin, mine->param_end);
       }
       reads.push_back(std::move(read));
     }
     // Random states come back at the layout they were saved at.
-    if (!options.load_module_only && static_cast<int>(parts.size()) == members)
-      rng = saved_cpu_rng_state(*parts[static_cast<size_t>(member)].reader, rank, s.world.size());
+    if (!options.load_module_only && static_cast<int>(parts->size()) == members)
+      rng = saved_cpu_rng_state(parts->part(static_cast<size_t>(member)), rank, s.world.size());
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -492,7 +389,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
           if (lo >= hi) continue;
           const int64_t begin = read.mine.param_begin + (lo - first), end = read.mine.param_begin + (hi - first);
           if (read.pieces.empty()) {
-            checkpoint::CheckpointReader& r = *parts[static_cast<size_t>(read.part)].reader;
+            checkpoint::CheckpointReader& r = parts->part(static_cast<size_t>(read.part));
             r.read(read.saved, r.kind(kind_name), begin, end, out + (lo - offset));
             continue;
           }
@@ -502,7 +399,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
                                           ? 0
                                           : s.slices[static_cast<size_t>(read.param)].start;
             for (const Piece& piece : read.pieces) {
-              checkpoint::CheckpointReader& r = *parts[static_cast<size_t>(piece.part)].reader;
+              checkpoint::CheckpointReader& r = parts->part(static_cast<size_t>(piece.part));
               at::Tensor saved = at::empty(piece.shape, at::kFloat);
               r.read(piece.saved, r.kind(kind_name), 0, saved.numel(), saved.data_ptr<float>());
               assembled.narrow(read.dim, piece.lo - mine_from, piece.hi - piece.lo)
@@ -520,7 +417,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     error = e.what();
   }
   agree_everywhere(s.comm, s.tensor_parallel, error, rank, "load_checkpoint");
-  const json& m = parts.front().reader->manifest();
+  const json& m = parts->manifest();
   s.partition->sync_parameters(/*master_changed=*/true);
   s.buckets->forget_secondaries();  // hpZ: they hold the weights before the load
   s.buckets->zero();

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "checkpoint/consolidate.h"
+#include "models/llama/hf_sink.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
 #include "tests/dist/scratch_dir.h"
@@ -135,7 +137,17 @@ TEST_F(LlamaCases, TensorParallelCheckpointsResumeAtAnyLayout) {
   const std::vector<double> unbroken = losses(train_model(first, test_world(), nullptr));
   first.steps = 3;
   first.save_dir = saved;
+  first.export_path = (scratch.root / "exported").string();
   train_model(first, test_world(), nullptr);
+  // zero-ckpt consolidate --format hf joins the saved slices: the export's tensors, bit for bit
+  // (fp32: the master is the model's weights).
+  const std::string consolidated = (scratch.root / "consolidated").string();
+  if (test_world().rank() == 0) {
+    zero::checkpoint::CheckpointParts parts(saved);
+    zero::checkpoint::consolidate(parts, *zero::llama::hf_sink(consolidated, "", 0));
+  }
+  test_world().communicator().barrier({.async = false});
+  expect_same_weights(first.export_path, consolidated, "consolidated at TP 2");
   std::vector<std::pair<int, int>> layouts = {{1, 1}, {2, 2}, {0, 2}};  // (stage, TP size)
   if (test_world().size() % 4 == 0) layouts.push_back({2, 4});
   for (const auto& [stage, size] : layouts) {

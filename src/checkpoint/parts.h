@@ -1,0 +1,59 @@
+// CheckpointParts — a checkpoint as its parts: the whole of a plain one (DIR/TAG), or every
+// tensor-parallel member's (DIR/tensor_parallel_<t>_of_<n>/TAG, docs/tensor_parallel.md), each
+// with where its parameters' slices sit in the whole parameters. Reads whole parameters, joining
+// the slices, for tools (zero-ckpt consolidate); the engine reads slices and pieces of them.
+// Torch-free; every problem is a zero::Error naming the file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/reader.h"
+
+namespace zero::checkpoint {
+
+// Where tensor-parallel member `rank` of `size` keeps its part of every checkpoint in DIR.
+std::string tensor_parallel_root(const std::string& dir, int rank, int size);
+
+// A saved parameter's slice: along `dim` (-1: the whole parameter), from `start`, of a whole
+// parameter `whole` long along that dimension (its element count when whole).
+struct SavedSlice {
+  int dim = -1;
+  int64_t start = 0, whole = 0;
+};
+
+class CheckpointParts {
+ public:
+  // TAG (empty: DIR/latest's) in DIR. Every part's manifest is checked, its slices against its
+  // shapes, and the parts against each other (the same parameters in the same order).
+  CheckpointParts(const std::string& dir, const std::string& tag = "");
+
+  size_t size() const { return parts_.size(); }  // 1, or the tensor-parallel size it was saved at
+  CheckpointReader& part(size_t i) { return *parts_[i].reader; }
+  const CheckpointReader& part(size_t i) const { return *parts_[i].reader; }
+  const SavedSlice& slice(size_t part, int param) const { return parts_[part].slices[static_cast<size_t>(param)]; }
+
+  // As CheckpointReader's, for whole parameters (the first part's manifest and names).
+  const std::string& tag() const { return part(0).tag(); }
+  const std::string& manifest_path() const { return part(0).manifest_path(); }
+  const nlohmann::json& manifest() const { return part(0).manifest(); }
+  int num_params() const { return part(0).num_params(); }
+  const std::string& name(int param) const { return part(0).name(param); }
+  int find(const std::string& name) const { return part(0).find(name); }
+  bool has_kind(const std::string& kind) const;
+  std::vector<int64_t> shape(int param) const;  // the whole parameter's
+  int64_t numel(int param) const;
+  // The whole parameter's state `kind` as fp32 (every element), its slices joined.
+  void read_whole(int param, const std::string& kind, float* out);
+
+ private:
+  struct Part {
+    std::unique_ptr<CheckpointReader> reader;
+    std::vector<SavedSlice> slices;  // per saved parameter
+  };
+  std::vector<Part> parts_;
+};
+
+}  // namespace zero::checkpoint
