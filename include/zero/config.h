@@ -228,6 +228,9 @@ struct TensorParallelConfig {
   std::vector<TensorParallelLayerSpec> layer_specs;
   bool overlap_comm = false;  // tp_overlap_comm: accepted, has no effect (docs/tensor_parallel.md)
   std::string key = "tensor_parallel.autotp_size";  // the key the file gave the size under, for errors
+  // zerocpp's "sequence_parallel" (in its "zerocpp" block): Megatron-SP, the activations between
+  // the tensor-parallel regions split along the sequence.
+  bool sequence_parallel = false;
 };
 
 // What "auto" resolves from: the world, the model and the trainer's flags (HuggingFace's names).

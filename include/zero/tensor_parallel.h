@@ -65,11 +65,20 @@ at::Tensor copy_to_tensor_parallel(const at::Tensor& x, Communicator& group);
 // Summed over the group forward; identity backward (where row-parallel layers' partial sums leave).
 at::Tensor reduce_from_tensor_parallel(const at::Tensor& x, Communicator& group);
 
+// Megatron's sequence parallelism: outside the tensor-parallel regions the activation [B, T, H] is
+// split along the sequence, T/n rows of it on each member (the norms and the residual stream hold
+// 1/n of the tokens). All-gathered along T forward, reduce-scattered backward (where a region
+// begins) ...
+at::Tensor gather_from_sequence_parallel(const at::Tensor& x, Communicator& group);
+// ... and the partial sums reduce-scattered along T forward, all-gathered backward (where it ends).
+at::Tensor reduce_scatter_to_sequence_parallel(const at::Tensor& x, Communicator& group);
+
 // The embedding of `tokens` through a slice of the vocabulary (rows vocab_start.. of the table on
 // this rank): tokens outside the slice give zeros here and their row on the rank that holds it,
-// summed over the group. `padding_idx` (< 0: none) gets no gradient, as torch's embedding.
+// summed over the group (and split along the sequence with `sequence_parallel`). `padding_idx`
+// (< 0: none) gets no gradient, as torch's embedding.
 at::Tensor vocab_parallel_embedding(const at::Tensor& tokens, const at::Tensor& weight_slice, int64_t vocab_start,
-                                    Communicator& group, int64_t padding_idx = -1);
+                                    Communicator& group, int64_t padding_idx = -1, bool sequence_parallel = false);
 
 // Cross-entropy of logits split along the vocabulary: each rank holds [N, V/tp] whose first column
 // is token vocab_start. Never gathers the full logits: the maximum, the sum of exponentials and the

@@ -405,10 +405,20 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   result.all_gather_seconds = gathers.seconds;
   if (grid) {
     result.tensor_parallel_all_reduce = grid->layer_stats().total(CollectiveOp::kAllReduce);
-    if (options.steps > start_step) {
-      report.line(fmt::format("zero-train: tensor-parallel all-reduces per step: {} bytes in {} calls per rank",
-                              result.tensor_parallel_all_reduce.message_bytes / (options.steps - start_step),
-                              result.tensor_parallel_all_reduce.calls / (options.steps - start_step)));
+    result.tensor_parallel_all_gather = grid->layer_stats().total(CollectiveOp::kAllGather);
+    result.tensor_parallel_reduce_scatter = grid->layer_stats().total(CollectiveOp::kReduceScatter);
+    if (const int64_t steps = options.steps - start_step; steps > 0) {
+      const OpStats& ar = result.tensor_parallel_all_reduce;
+      const OpStats& ag = result.tensor_parallel_all_gather;
+      const OpStats& rs = result.tensor_parallel_reduce_scatter;
+      report.line(fmt::format("zero-train: tensor-parallel collectives per step and rank: all-reduce {} bytes in {} "
+                              "calls{}",
+                              ar.message_bytes / steps, ar.calls / steps,
+                              ag.calls + rs.calls == 0
+                                  ? std::string()
+                                  : fmt::format(", all-gather {} bytes in {} calls, reduce-scatter {} bytes in {} calls",
+                                                ag.message_bytes / steps, ag.calls / steps, rs.message_bytes / steps,
+                                                rs.calls / steps)));
     }
   }
   if (!options.export_path.empty()) {

@@ -87,9 +87,9 @@ struct TrainerResult {
   // The engine's parameter all-gathers over the run (stage 3: the units' gathers).
   int64_t all_gather_calls = 0;
   double all_gather_seconds = 0;
-  // Tensor parallelism: the all-reduces of the model's layers over its group, over the run
-  // (training steps and any evaluation).
-  OpStats tensor_parallel_all_reduce;
+  // Tensor parallelism: the collectives of the model's layers over its group, over the run
+  // (training steps and any evaluation); all-gathers and reduce-scatters with sequence parallelism.
+  OpStats tensor_parallel_all_reduce, tensor_parallel_all_gather, tensor_parallel_reduce_scatter;
 };
 
 // The DeepSpeed config used when none is given.

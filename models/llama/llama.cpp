@@ -160,18 +160,28 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<Rotar
 }
 
 at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = heads, KV = kv_heads, D = config.head_dim, G = H / KV;
   // Under tensor parallelism each block's input enters whole and its column-parallel layers make
   // this rank's heads (and MLP features); the row-parallel output's partial sums are added over
-  // the group before the residual (and its bias after the sum).
-  auto enter = [&](const at::Tensor& t) { return place.group ? copy_to_tensor_parallel(t, *place.group) : t; };
-  auto leave = [&](const at::Tensor& t, const Weights& w) {
-    if (!place.group) return linear(t, w);
-    const at::Tensor partial = reduce_from_tensor_parallel(zero::linear(t, w.weight, at::Tensor()), *place.group);
-    return w.bias.defined() ? partial + compute(w.bias) : partial;
+  // the group before the residual (and its bias after the sum). With sequence parallelism the
+  // input arrives split along the sequence and is all-gathered, and the sums are reduce-scattered
+  // back into it; the norms (and those biases) then see this member's tokens only, so their
+  // gradients are summed over the group where they are used.
+  const bool split = place.group != nullptr, sequence = split && place.sequence_parallel;
+  auto enter = [&](const at::Tensor& t) {
+    if (!split) return t;
+    return sequence ? gather_from_sequence_parallel(t, *place.group) : copy_to_tensor_parallel(t, *place.group);
   };
-  const at::Tensor h = enter(rms_norm(x, input_layernorm->weight, config.rms_norm_eps));
+  auto whole = [&](const at::Tensor& w) { return sequence ? copy_to_tensor_parallel(w, *place.group) : w; };
+  auto leave = [&](const at::Tensor& t, const Weights& w) {
+    if (!split) return linear(t, w);
+    const at::Tensor partial = zero::linear(t, w.weight, at::Tensor());
+    const at::Tensor summed = sequence ? reduce_scatter_to_sequence_parallel(partial, *place.group)
+                                       : reduce_from_tensor_parallel(partial, *place.group);
+    return w.bias.defined() ? summed + compute(whole(w.bias)) : summed;
+  };
+  const at::Tensor h = enter(rms_norm(x, whole(input_layernorm->weight), config.rms_norm_eps));
+  const int64_t B = h.size(0), T = h.size(1);
   const auto [cos, sin] = rope->cos_sin(T, h.scalar_type(), h.device());
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
   at::Tensor q = heads(linear(h, *self_attn->q_proj), H), k = heads(linear(h, *self_attn->k_proj), KV);
@@ -180,7 +190,7 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   k = k * cos + rotate_half(k) * sin;
   const at::Tensor attended = attention(q, k, v, T, G, x.device());
   const at::Tensor y = x + leave(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
-  const at::Tensor n2 = enter(rms_norm(y, post_attention_layernorm->weight, config.rms_norm_eps));
+  const at::Tensor n2 = enter(rms_norm(y, whole(post_attention_layernorm->weight), config.rms_norm_eps));
   return y + leave(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
 }
 
@@ -265,8 +275,13 @@ at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) {
   }
   at::Tensor x;
   if (place.group) {
+    if (place.sequence_parallel && T % place.size != 0) {
+      throw Error(fmt::format("sequence parallelism: a sequence of {} tokens does not split over {} tensor-parallel ranks",
+                              T, place.size),
+                  "sequence_parallel");
+    }
     x = vocab_parallel_embedding(tokens, compute(model->embed_tokens->weight), vocab_start, *place.group,
-                                 config.pad_token_id);
+                                 config.pad_token_id, place.sequence_parallel);
   } else {
     namespace F = torch::nn::functional;
     F::EmbeddingFuncOptions lookup;
@@ -274,7 +289,15 @@ at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) {
     x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
   }
   x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every);
-  return rms_norm(x, model->norm->weight, config.rms_norm_eps);
+  if (!place.sequence_parallel || !place.group) return rms_norm(x, model->norm->weight, config.rms_norm_eps);
+  return rms_norm(x, copy_to_tensor_parallel(model->norm->weight, *place.group), config.rms_norm_eps);
+}
+
+// The final norm's output as the lm_head's slices take it: whole on every member (the gradients
+// of its partial products summed over the group), all-gathered from the sequence's split.
+at::Tensor LlamaForCausalLM::head_input(const at::Tensor& tokens) {
+  const at::Tensor h = hidden(tokens);
+  return place.sequence_parallel ? gather_from_sequence_parallel(h, *place.group) : copy_to_tensor_parallel(h, *place.group);
 }
 
 at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
@@ -288,7 +311,7 @@ at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
 at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   if (place.group) {
     // Each rank's logits for its slice of the vocabulary: [B·T, V/tp], never the whole [B·T, V].
-    const at::Tensor logits = zero::linear(copy_to_tensor_parallel(hidden(tokens), *place.group), output_weight());
+    const at::Tensor logits = zero::linear(head_input(tokens), output_weight());
     return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
                                         *place.group, /*mean=*/true);
   }
@@ -298,7 +321,7 @@ at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& ta
 
 at::Tensor LlamaForCausalLM::loss_sum(const at::Tensor& tokens, const at::Tensor& targets) {
   if (place.group) {
-    const at::Tensor logits = zero::linear(copy_to_tensor_parallel(hidden(tokens), *place.group), output_weight());
+    const at::Tensor logits = zero::linear(head_input(tokens), output_weight());
     return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
                                         *place.group, /*mean=*/false, -100);
   }

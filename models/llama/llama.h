@@ -52,6 +52,9 @@ class WeightSource {
 struct TensorParallelPlace {
   Communicator* group = nullptr;  // null: the whole model
   int rank = 0, size = 1;
+  // Megatron's sequence parallelism: the residual stream and the norms hold T/size of the tokens
+  // on each member, all-gathered into each block's regions and reduce-scattered out of them.
+  bool sequence_parallel = false;
 };
 
 // Which way a weight is split over the tensor-parallel group.
@@ -141,7 +144,8 @@ struct LlamaForCausalLM : torch::nn::Module {
   int64_t checkpoint_every = 0;      // activation checkpointing, as the GPT's
 
  private:
-  at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden]
+  at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden] (T/size: sequence-parallel)
+  at::Tensor head_input(const at::Tensor& tokens);  // under tensor parallelism
 };
 
 }  // namespace zero::llama

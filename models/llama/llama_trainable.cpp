@@ -14,8 +14,8 @@ namespace {
 class LlamaTrainable : public models::TrainableModel {
  public:
   LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options,
-                 ParallelGrid* grid)
-      : model_(hf.config, weights, dtype, place_in(grid)),
+                 ParallelGrid* grid, bool sequence_parallel)
+      : model_(hf.config, weights, dtype, place_in(grid, sequence_parallel)),
         config_json_(hf.config_json),
         source_dir_(hf.dir),
         options_(options),
@@ -58,10 +58,13 @@ class LlamaTrainable : public models::TrainableModel {
   LlamaExportOptions options_;
   World* tensor_parallel_;
 
-  static TensorParallelPlace place_in(ParallelGrid* grid) {
+  static TensorParallelPlace place_in(ParallelGrid* grid, bool sequence_parallel) {
     if (!grid) return {};
     World& group = grid->tensor_parallel();
-    return {.group = &grid->layer_communicator(), .rank = group.rank(), .size = group.size()};
+    return {.group = &grid->layer_communicator(),
+            .rank = group.rank(),
+            .size = group.size(),
+            .sequence_parallel = sequence_parallel};
   }
 };
 
@@ -91,7 +94,8 @@ std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Conf
   if (grid) check_tensor_parallel_config(config.tensor_parallel, hf.config);
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
-  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid);
+  return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid,
+                                          config.tensor_parallel.sequence_parallel);
 }
 
 }  // namespace zero::llama

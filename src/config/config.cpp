@@ -69,6 +69,8 @@ Config Config::parse(const std::string& json_text, const std::string& origin, bo
   c.watchdog.warning_seconds = own.get_double("collective_warning", 60, 0);
   c.bf16_compute = static_cast<Bf16Compute>(own.get_choice("bf16_compute", 0, {"auto", "native", "fp32"}));
   c.encrypt_swap = own.get_bool("encrypt_swap", false);
+  // Megatron's sequence parallelism beside tensor parallelism (docs/tensor_parallel.md).
+  c.tensor_parallel.sequence_parallel = own.get_bool("sequence_parallel", false);
   own.finish();
 
   bool is_auto = false;

@@ -73,6 +73,10 @@ void read_tensor_parallel(ObjectReader& root, TensorParallelConfig& out, Diagnos
   // Read by DeepSpeed's sharding code, not by the training step.
   tp.accept({"tp_grain_size", "keep_module_on_host", "dtype", "injection_policy_tuple"});
   tp.finish();
+  if (out.sequence_parallel && out.size <= 1) {
+    diag.problem("zerocpp.sequence_parallel",
+                 "needs tensor parallelism (tensor_parallel.autotp_size > 1): it splits the sequence over that group");
+  }
   if (!out.use_default_specs && out.layer_specs.empty() && out.size > 1) {
     diag.problem(partition.path_of("layer_specs"), "use_default_specs is false and no layer_specs are given");
   }

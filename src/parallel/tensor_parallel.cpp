@@ -76,6 +76,46 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
 };
 
+// Along the sequence (dimension 1 of [B, T, H]): the collectives cut their buffers into
+// contiguous chunks, so the sequence goes first while they run (Megatron's [T, B, H] layout).
+at::Tensor all_gathered_sequence(const at::Tensor& x, Communicator& group) {
+  const at::Tensor local = x.transpose(0, 1).contiguous();
+  std::vector<int64_t> shape = local.sizes().vec();
+  shape[0] *= group.size();
+  at::Tensor out = at::empty(shape, local.options());
+  group.all_gather(local, out, {.async = false});
+  return out.transpose(0, 1);
+}
+
+at::Tensor reduce_scattered_sequence(const at::Tensor& x, Communicator& group) {
+  const at::Tensor whole = x.transpose(0, 1).contiguous();
+  std::vector<int64_t> shape = whole.sizes().vec();
+  shape[0] /= group.size();
+  at::Tensor out = at::empty(shape, whole.options());
+  group.reduce_scatter(whole, out, ReduceOp::kSum, {.async = false});
+  return out.transpose(0, 1);
+}
+
+struct GatherFromSequenceParallel : torch::autograd::Function<GatherFromSequenceParallel> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return all_gathered_sequence(x, *reinterpret_cast<Communicator*>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scattered_sequence(grads[0], group_of(ctx)), at::Tensor()};
+  }
+};
+
+struct ReduceScatterToSequenceParallel : torch::autograd::Function<ReduceScatterToSequenceParallel> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return reduce_scattered_sequence(x, *reinterpret_cast<Communicator*>(group));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gathered_sequence(grads[0], group_of(ctx)), at::Tensor()};
+  }
+};
+
 int64_t address(Communicator& group) { return reinterpret_cast<int64_t>(&group); }
 
 }  // namespace
@@ -90,8 +130,23 @@ at::Tensor reduce_from_tensor_parallel(const at::Tensor& x, Communicator& group)
   return ReduceFromTensorParallel::apply(x, address(group));
 }
 
+at::Tensor gather_from_sequence_parallel(const at::Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;
+  return GatherFromSequenceParallel::apply(x, address(group));
+}
+
+at::Tensor reduce_scatter_to_sequence_parallel(const at::Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;
+  if (x.size(1) % group.size() != 0) {
+    throw Error(fmt::format("sequence parallelism: a sequence of {} tokens does not split over {} ranks", x.size(1),
+                            group.size()),
+                "sequence_parallel");
+  }
+  return ReduceScatterToSequenceParallel::apply(x, address(group));
+}
+
 at::Tensor vocab_parallel_embedding(const at::Tensor& tokens, const at::Tensor& weight_slice, int64_t vocab_start,
-                                    Communicator& group, int64_t padding_idx) {
+                                    Communicator& group, int64_t padding_idx, bool sequence_parallel) {
   namespace F = torch::nn::functional;
   const int64_t rows = weight_slice.size(0);
   const at::Tensor outside = (tokens < vocab_start) | (tokens >= vocab_start + rows);
@@ -99,7 +154,7 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& tokens, const at::Tensor& 
   F::EmbeddingFuncOptions lookup;
   if (padding_idx >= vocab_start && padding_idx < vocab_start + rows) lookup.padding_idx(padding_idx - vocab_start);
   const at::Tensor mine = F::embedding(local, weight_slice, lookup).masked_fill(outside.unsqueeze(-1), 0);
-  return reduce_from_tensor_parallel(mine, group);
+  return sequence_parallel ? reduce_scatter_to_sequence_parallel(mine, group) : reduce_from_tensor_parallel(mine, group);
 }
 
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab_start,

@@ -125,6 +125,48 @@ TEST_F(LlamaCases, TensorParallelGradientNormIsTheWholeModels) {
   }
 }
 
+// Sequence parallelism (Megatron-SP, zerocpp's "sequence_parallel"): the norms and the residual
+// stream hold T/n of the tokens, so a wrong chunk, a norm gradient not summed over the group, or
+// an all-gather in place of a reduce-scatter shows in the first step.
+TEST_F(LlamaCases, SequenceParallelTrajectoriesMatchTheReference) {
+  if (!world_splits_in_two()) GTEST_SKIP() << "a world of odd size: the refusal below";
+  struct Case {
+    std::string name, optimizer;
+    int stage, size;
+  };
+  std::vector<Case> cases = {{"llama_mha", "sgd", 0, 2}, {"llama_mha", "adamw", 3, 2}, {"qwen2_bias", "sgd", 2, 2},
+                             {"llama_gqa", "adamw", 1, 2}};
+  if (test_world().size() % 4 == 0) cases.push_back({"llama_mha", "sgd", 3, 4});
+  for (const Case& c : cases) {
+    const auto reference = expected(c.name)[c.optimizer]["losses"].get<std::vector<double>>();
+    const std::string sp = tensor_parallel(c.size) + R"(, "zerocpp": {"sequence_parallel": true})";
+    const std::vector<double> got = losses(train_model(split_options(c.name, c.stage, c.optimizer, sp), test_world(), nullptr));
+    ASSERT_EQ(got.size(), reference.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], reference[i], 1e-5)
+          << c.name << " over " << c.size << ", " << c.optimizer << ", stage " << c.stage << ", step " << i + 1;
+  }
+}
+
+// Megatron-SP's count: each all-reduce of B×T×hidden becomes a reduce-scatter and an all-gather
+// of the same buffer — per micro-step 4L + 2 of each (the blocks' regions, the embedding, the
+// lm_head's input) — and what is left to all-reduce is the cross-entropy's three [B·T] vectors and
+// the norms' gradients, (2L + 1)·hidden elements.
+TEST_F(LlamaCases, SequenceParallelBytesAreMegatronsCount) {
+  if (!world_splits_in_two()) GTEST_SKIP() << "a world of odd size: the refusal below";
+  const int64_t layers = 2, hidden = 64, rows = kRows / (test_world().size() / 2), steps = 10;
+  const TrainerResult r = train_model(
+      split_options("llama_mha", 1, "sgd", tensor_parallel(2) + R"(, "zerocpp": {"sequence_parallel": true})"),
+      test_world(), nullptr);
+  const int64_t buffer = rows * kSeq * hidden;
+  for (const zero::OpStats* op : {&r.tensor_parallel_all_gather, &r.tensor_parallel_reduce_scatter}) {
+    EXPECT_EQ(op->calls, (4 * layers + 2) * steps);
+    EXPECT_EQ(op->elements, (4 * layers + 2) * buffer * steps);
+  }
+  EXPECT_EQ(r.tensor_parallel_all_reduce.calls, (3 + 2 * layers + 1) * steps);
+  EXPECT_EQ(r.tensor_parallel_all_reduce.elements, (3 * rows * kSeq + (2 * layers + 1) * hidden) * steps);
+}
+
 // Saved at TP 2 with ZeRO-3 (each member's data-parallel group writes its slices, named by their
 // place in the whole parameter), resumed at every layout this job can make — TP 1, 2 and (at 4
 // ranks) 4, at other stages, so other data-parallel sizes and partitions — directly, with no
@@ -225,6 +267,13 @@ TEST_F(LlamaCases, TensorParallelRefusalsNameTheKeyAndTheNumbers) {
   const auto reference = expected("llama_gqa")["sgd"]["losses"].get<std::vector<double>>();
   ASSERT_EQ(got.size(), reference.size());
   EXPECT_NEAR(got.back(), reference.back(), 1e-5);
+  const std::string lonely = refusal(split_options("llama_gqa", 0, "sgd", R"("zerocpp": {"sequence_parallel": true})"));
+  EXPECT_NE(lonely.find("zerocpp.sequence_parallel: needs tensor parallelism"), std::string::npos) << lonely;
+  TrainerOptions odd = split_options("llama_gqa", 0, "sgd", tensor_parallel(2) + R"(, "zerocpp": {"sequence_parallel": true})");
+  odd.seq = 15;
+  const std::string uneven = refusal(odd);
+  EXPECT_NE(uneven.find("a sequence of 15 tokens does not split over 2 tensor-parallel ranks"), std::string::npos)
+      << uneven;
   const std::string sizes =
       refusal(split_options("llama_gqa", 0, "sgd", R"("tensor_parallel": {"autotp_size": 2, "tp_size": 4})"));
   EXPECT_NE(sizes.find("tensor_parallel.tp_size: 4 differs from tensor_parallel.autotp_size = 2"), std::string::npos)
