@@ -60,7 +60,11 @@ int main(int argc, char** argv) {
     config.resolve(ctx);
     size_t width = 0;
     for (const auto& v : config.values()) width = std::max(width, v.path.size());
-    fmt::print("{}: valid for world size {}\n", file, ctx.world_size);
+    fmt::print("{}: valid for world size {}{}\n", file, ctx.world_size,
+               config.tensor_parallel.size > 1
+                   ? fmt::format(" (tensor-parallel {} x data-parallel {}: the batch counts data-parallel ranks)",
+                                 config.tensor_parallel.size, config.world_size)
+                   : "");
     for (const auto& v : config.values()) {
       fmt::print("  {:<{}}  {:<24}  {}\n", v.path, width, v.value, zero::to_string(v.source));
     }

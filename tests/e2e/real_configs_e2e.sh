@@ -55,6 +55,11 @@ while IFS=$'\t' read -r file world outcome why; do
     not_run=$((not_run + 1))
     continue
   fi
+  if grep -qE '^ +tensor_parallel\.autotp_size +([2-9]|[1-9][0-9]+) ' <<<"$check"; then
+    echo "not run $file: tensor parallelism trains the Llama family (--model), not this GPT: tests/dist/llama_tensor_parallel_test.cpp"
+    not_run=$((not_run + 1))
+    continue
+  fi
   checked=$((checked + 1))
   flags_of[$file]="${batch_flags[*]}"
   # One line per file: the file, then KEY=VALUE for each path setting (from the resolved config).

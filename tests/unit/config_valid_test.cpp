@@ -59,14 +59,28 @@ TEST(ConfigSeeds, PatternB) {
   EXPECT_FALSE(c.activation_checkpointing.partition_activations);
 }
 
-TEST(ConfigSeeds, PatternCRejectsTensorAndPipelineParallelAndWarnsOfPartitionedActivations) {
+TEST(ConfigSeeds, PatternCTakesTensorParallelRejectsPipelineParallelAndWarnsOfPartitionedActivations) {
   try {
     Config::parse_file(example_config("pattern_c_3d.json"));
     FAIL() << "pattern C accepted";
   } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 2u) << e.what();
-    EXPECT_EQ(e.problems()[0], "tensor_parallel.tp_size: tensor parallelism is not supported by zerocpp");
-    EXPECT_EQ(e.problems()[1], "pipeline_parallel.pp_size: pipeline parallelism is not supported by zerocpp");
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    EXPECT_EQ(e.problems()[0], "pipeline_parallel.pp_size: pipeline parallelism is not supported by zerocpp");
+  }
+  // Its tensor_parallel block alone: tp_size 8, the batch counted over world ÷ 8 ranks.
+  Config tp = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+                                "tensor_parallel": {"tp_size": 8}})");
+  EXPECT_EQ(tp.tensor_parallel.size, 8);
+  tp.resolve({.world_size = 32});
+  EXPECT_EQ(tp.world_size, 4);
+  EXPECT_EQ(tp.train_batch_size, 16);
+  Config uneven = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "tensor_parallel": {"tp_size": 8}})");
+  try {
+    uneven.resolve({.world_size = 12});
+    FAIL() << "a world of 12 split by 8";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u) << e.what();
+    EXPECT_EQ(e.problems()[0], "tensor_parallel.tp_size: 8 does not divide the world size 12");
   }
   // Without model parallelism DeepSpeed takes partition_activations and changes nothing: so does zerocpp.
   const Config c = Config::parse(R"({"train_batch_size": 8, "activation_checkpointing": {"partition_activations": true}})");
