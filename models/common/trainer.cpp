@@ -307,7 +307,17 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   // NVMe traffic and time per step, from the second step on (the first also records stage 3's
   // order and touches fresh memory); of the only step when there is one.
   SwapTraffic swap_before = engine.swap_traffic();
-  int64_t inter_node_before = world.communicator().inter_node_bytes();
+  // What crossed between hosts: the whole world's collectives, and with tensor parallelism the
+  // data-parallel and tensor-parallel groups' (each counts its own; -1: one host, nothing crossed).
+  auto crossed = [&] {
+    int64_t sum = world.communicator().inter_node_bytes();
+    if (grid && sum >= 0) {
+      for (World* group : {&grid->data_parallel(), &grid->tensor_parallel()})
+        sum += std::max<int64_t>(0, group->communicator().inter_node_bytes());
+    }
+    return sum;
+  };
+  int64_t inter_node_before = crossed();
   double step_seconds = 0;
   int64_t timed_steps = 0;
   for (int64_t step = start_step; step < options.steps; ++step) {
@@ -338,7 +348,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
     result.steps.push_back(log);
     if (step == start_step && options.steps - start_step > 1) {
       swap_before = engine.swap_traffic();
-      inter_node_before = world.communicator().inter_node_bytes();
+      inter_node_before = crossed();
     } else {
       step_seconds += seconds;
       ++timed_steps;
@@ -371,7 +381,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
       break;
     }
   }
-  const int64_t inter_node = world.communicator().inter_node_bytes();  // before the report's own collectives
+  const int64_t inter_node = crossed();  // before the report's own collectives
   report.finish();
   {
     // What an operator compares across runs and tools: the largest peak RSS of any rank, and this
