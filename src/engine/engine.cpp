@@ -19,6 +19,7 @@
 #include "engine/flat_params.h"
 #include "engine/bucket.h"
 #include "engine/partition.h"
+#include "engine/parameter_slices.h"
 #include "engine/partitioned_init.h"
 #include "optim/cpu_kernels.h"
 #include "optim/flat_optimizer.h"
@@ -263,37 +264,12 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     for (const auto& item : model.named_parameters()) name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
     for (const auto& p : params) s.param_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
   }
-  s.slices.resize(params.size());
+  s.slices = engine::slice_parameters(params, s.param_names, tensor_parallel, world.rank());
   if (tensor_parallel.group && tensor_parallel.group->size() > 1) {
-    if (!tensor_parallel.split_dim) throw Error("TensorParallelOptions: split_dim is needed with a group", "split_dim");
     s.tensor_parallel = tensor_parallel.group;
-    // Each slice's place in the whole parameter, from every member's size along its dimension.
-    Communicator& group = tensor_parallel.group->communicator();
-    const int me = group.rank(), members = group.size();
-    at::Tensor sizes = at::zeros({members * static_cast<int64_t>(params.size())}, at::kLong);
-    at::Tensor mine = at::zeros({static_cast<int64_t>(params.size())}, at::kLong);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int dim = tensor_parallel.split_dim(s.param_names[i]);
-      if (dim >= params[i].dim()) {
-        throw Error("split_dim: " + std::to_string(dim) + " for " + s.param_names[i] + " of " +
-                        std::to_string(params[i].dim()) + " dimensions",
-                    s.param_names[i], world.rank());
-      }
-      s.slices[i].dim = std::max(dim, -1);
-      if (dim < 0) s.replicated_params.push_back(static_cast<int>(i));
-      mine[static_cast<int64_t>(i)] = dim < 0 ? params[i].numel() : params[i].size(dim);
-    }
-    group.all_gather(mine, sizes, {.async = false});
-    const at::Tensor by_member = sizes.view({members, -1});
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (s.slices[i].dim < 0) continue;
-      const at::Tensor column = by_member.select(1, static_cast<int64_t>(i));
-      s.slices[i].start = column.narrow(0, 0, me).sum().item<int64_t>();
-      s.slices[i].whole = column.sum().item<int64_t>();
-    }
+    for (size_t i = 0; i < params.size(); ++i)
+      if (s.slices[i].dim < 0) s.replicated_params.push_back(static_cast<int>(i));
   }
-  for (size_t i = 0; i < params.size(); ++i)
-    if (s.slices[i].dim < 0) s.slices[i].whole = params[i].numel();
   const bool stage3 = config.zero.stage == 3;
   engine::UnitMap units;
   if (stage3) {

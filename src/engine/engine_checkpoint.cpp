@@ -315,7 +315,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       const int j = source_of[i];
       if (!mine || j < 0) continue;
       const std::vector<int64_t> shape = s.flat->params()[i].sizes().vec();
-      const State::Slice& slice = s.slices[i];
+      const engine::ParameterSlice& slice = s.slices[i];
       Read read;
       read.param = static_cast<int>(i);
       read.mine = *mine;

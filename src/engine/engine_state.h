@@ -9,6 +9,7 @@
 
 #include "engine/bucket.h"
 #include "engine/flat_params.h"
+#include "engine/parameter_slices.h"
 #include "engine/partition.h"
 #include "engine/stage3.h"
 #include "engine/telemetry.h"
@@ -46,11 +47,7 @@ struct Engine::State {
   // parameter's slice sits in the whole parameter (all whole without tensor parallelism).
   World* tensor_parallel = nullptr;
   std::vector<int> replicated_params;
-  struct Slice {
-    int dim = -1;                  // -1: the whole parameter
-    int64_t start = 0, whole = 0;  // along dim: where this slice starts, the whole parameter's size
-  };
-  std::vector<Slice> slices;
+  std::vector<engine::ParameterSlice> slices;
   torch::nn::Module* model = nullptr;
   bool no_sync = false;             // inside a NoSync
   bool boundary_unreduced = false;  // the boundary micro-step's backward ran under no_sync
