@@ -9,11 +9,22 @@
 #include <cstdio>
 #include <string>
 
+namespace at {
+class Tensor;
+}
+namespace zero {
+class World;
+}
+
 namespace zero::gpt {
 
 bool stop_requested();  // a stop signal arrived since the last clear_stop_request()
 void clear_stop_request();
 void note_stop_signal(int signal_number);  // the handler SignalScope installs
+// `shared` is a step's [loss, stop flag], already summed over the data-parallel group. With tensor
+// parallelism the flag must reach every member too (collective over `tensor_parallel`): a
+// data-parallel group that stopped alone would leave the others waiting in the next step's layers.
+void stop_anywhere(at::Tensor& shared, World& tensor_parallel);
 
 // Prints rank 0's lines, keeping a progress bar as the last line of a terminal.
 class Report {

@@ -210,7 +210,7 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
 
 TrainerResult train_model(const TrainerOptions& options, World& whole_world, std::FILE* out) {
   if (whole_world.rank() != 0) out = nullptr;
-  World& world = whole_world;  // until the config says whether tensor parallelism splits it
+  World& world = whole_world;  // every rank (the data-parallel ranks are `data_parallel` below)
   std::optional<LlmcCheckpoint> checkpoint;
   std::optional<llama::HfModel> hf;
   const at::Device device = training_device(options, world);
@@ -230,6 +230,10 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   // from here on `data_parallel` is the world the engine, the data and the loss see.
   std::optional<ParallelGrid> grid;
   if (config.tensor_parallel.size > 1) {
+    if (!device.is_cpu()) {
+      throw Error("tensor parallelism on a GPU is not built yet (its layers' collectives are MPI's, on host tensors)",
+                  config.tensor_parallel.key);
+    }
     grid.emplace(whole_world, config.tensor_parallel.size);
   }
   World& data_parallel = grid ? grid->data_parallel() : whole_world;
@@ -337,6 +341,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
         {loss_sum / static_cast<double>(accumulation * data_parallel.size()), stop_requested() ? 1.0 : 0.0},
         torch::kDouble);
     data_parallel.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
+    if (grid) stop_anywhere(shared, grid->tensor_parallel());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepLog log{step + 1,
                 shared[0].item<double>(),

@@ -215,7 +215,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
   Engine engine(model->module(), config, world,
                 trainer_optimizer ? decay_groups(model->module(), config.optimizer.weight_decay) : std::vector<ParamGroup>{},
                 model->tensor_parallel());
-  const std::vector<int64_t> load_rss = models::peak_rss_per_rank(world);
+  const std::vector<int64_t> load_rss = models::peak_rss_per_rank(whole_world);
 
   Run run{args, whole_world, world, *model, engine, config, report, {}};
   run.state.max_steps = max_steps;
@@ -277,6 +277,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
     }
     at::Tensor shared = torch::tensor({loss_part, gpt::stop_requested() ? 1.0 : 0.0}, torch::kDouble);
     world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
+    if (grid) gpt::stop_anywhere(shared, grid->tensor_parallel());
     const double loss = shared[0].item<double>(), seconds = seconds_since(step_start);
     if (!first_step_seconds) {
       first_step_seconds = seconds_since(started);
@@ -352,7 +353,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
                           "directory of them)");
   }
   // Throughput from the second step on (the first also records stage 3's order and faults memory in).
-  const std::vector<int64_t> rss = models::peak_rss_per_rank(world);
+  const std::vector<int64_t> rss = models::peak_rss_per_rank(whole_world);
   int64_t tokens = 0;
   for (int64_t s = run.state.global_step - steps_run + 1; s < run.state.global_step; ++s) {
     for (int64_t index : batches.global_batch(s)) tokens += static_cast<int64_t>(data.examples[static_cast<size_t>(index)].ids.size());

@@ -160,7 +160,11 @@ void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohman
     split_dims.push_back(dim);
     entries.push_back({name, d, shape, bytes});
   }
-  const bool writes = place.rank == 0;  // the first tensor-parallel member (on its data-parallel rank 0)
+  // The first tensor-parallel member writes, on the data-parallel rank visit_whole_parameters
+  // calls back on (0). Its write errors are kept, not thrown, so that the other members' slices
+  // still meet it in every broadcast; all ranks learn of them at the end.
+  const bool writes = place.rank == 0;
+  std::string write_error;
   // Every tensor of the model, each once (tied weights are one parameter to the engine).
   std::set<std::string> expected;
   for (const HfTensor& t : llama_tensors(model.config)) expected.insert(t.name);
@@ -179,6 +183,17 @@ void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohman
   auto open = [&] {
     if (!writer) writer = std::make_unique<checkpoint::HfDirectoryWriter>(options.out_dir, entries, options.max_shard_bytes);
   };
+  auto finish_files = [&] {
+    open();
+    writer->add_file("config.json", export_llama_config(config_json, torch_dtype_name(dtype)).dump(2) + "\n");
+    if (!options.source_dir.empty()) {
+      for (const auto& name : hf_side_files()) {
+        const fs::path from = fs::path(options.source_dir) / name;
+        if (fs::exists(from)) writer->add_file(name, checkpoint::read_text_file(from.string()));
+      }
+    }
+    writer->finish();
+  };
   engine.visit_whole_parameters(
       [&](size_t i, const at::Tensor& value) {
         at::Tensor whole = value;
@@ -195,23 +210,32 @@ void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohman
             whole.narrow(dim, r.start, r.length).copy_(slice);
           }
         }
-        if (!writes) return;
-        open();
-        writer->append(whole.data_ptr(), static_cast<uint64_t>(whole.nbytes()));
+        if (!writes || !write_error.empty()) return;
+        try {
+          open();
+          writer->append(whole.data_ptr(), static_cast<uint64_t>(whole.nbytes()));
+        } catch (const std::exception& e) {
+          write_error = e.what();
+        }
       },
       [&] {
-        if (!writes) return;
-        open();
-        writer->add_file("config.json", export_llama_config(config_json, torch_dtype_name(dtype)).dump(2) + "\n");
-        if (!options.source_dir.empty()) {
-          for (const auto& name : hf_side_files()) {
-            const fs::path from = fs::path(options.source_dir) / name;
-            if (fs::exists(from)) writer->add_file(name, checkpoint::read_text_file(from.string()));
-          }
+        if (!writes || !write_error.empty()) return;
+        try {
+          finish_files();
+        } catch (const std::exception& e) {
+          write_error = e.what();
         }
-        writer->finish();
       },
       0, "export to " + options.out_dir);
+  // Every rank learns of a write error: over its data-parallel group, then its tensor-parallel one.
+  at::Tensor failed = at::full({1}, write_error.empty() ? 0 : 1, at::kInt);
+  world.communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
+  if (place.group) place.group->all_reduce(failed, ReduceOp::kMax, {.async = false});
+  if (failed.item<int>() != 0) {
+    throw Error(write_error.empty() ? "export to " + options.out_dir + " failed on the writing rank" : write_error,
+                options.out_dir);
+  }
 }
+
 
 }  // namespace zero::llama

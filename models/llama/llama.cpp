@@ -183,9 +183,9 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   const at::Tensor h = enter(rms_norm(x, whole(input_layernorm->weight), config.rms_norm_eps));
   const int64_t B = h.size(0), T = h.size(1);
   const auto [cos, sin] = rope->cos_sin(T, h.scalar_type(), h.device());
-  auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
-  at::Tensor q = heads(linear(h, *self_attn->q_proj), H), k = heads(linear(h, *self_attn->k_proj), KV);
-  const at::Tensor v = heads(linear(h, *self_attn->v_proj), KV);
+  auto by_head = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
+  at::Tensor q = by_head(linear(h, *self_attn->q_proj), H), k = by_head(linear(h, *self_attn->k_proj), KV);
+  const at::Tensor v = by_head(linear(h, *self_attn->v_proj), KV);
   q = q * cos + rotate_half(q) * sin;  // [B, H, T, D], contiguous
   k = k * cos + rotate_half(k) * sin;
   const at::Tensor attended = attention(q, k, v, T, G, x.device());

@@ -71,6 +71,7 @@ CheckpointParts::CheckpointParts(const std::string& dir, const std::string& requ
   if (fs::is_directory(fs::path(dir) / tag, ec)) {
     parts_.push_back({std::make_unique<CheckpointReader>(dir, tag), {}});
     parts_.back().slices = read_slices(*parts_.back().reader, 0, 1);
+    check_tiling();
     return;
   }
   std::vector<int> sizes;  // n of every DIR/tensor_parallel_0_of_<n> holding TAG
@@ -79,7 +80,7 @@ CheckpointParts::CheckpointParts(const std::string& dir, const std::string& requ
     const std::string name = it->path().filename().string(), prefix = "tensor_parallel_0_of_";
     if (name.rfind(prefix, 0) != 0 || name.size() > prefix.size() + 4) continue;
     const std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits[0] == '0') continue;
     if (fs::is_directory(it->path() / tag, ec)) sizes.push_back(std::stoi(digits));
   }
   if (sizes.empty()) throw Error(dir + ": no checkpoint " + tag + " (no " + dir + "/" + tag + ", nor parts of one)", dir);
@@ -102,11 +103,27 @@ CheckpointParts::CheckpointParts(const std::string& dir, const std::string& requ
                     r.manifest_path());
       const SavedSlice& a = parts_.back().slices[static_cast<size_t>(j)];
       const SavedSlice& b = parts_.front().slices[static_cast<size_t>(j)];
-      if (a.dim != b.dim || a.whole != b.whole)
+      // The same slicing, and the same sizes along every other dimension.
+      std::vector<int64_t> mine = r.shape(j), theirs = first.shape(j);
+      if (a.dim >= 0 && mine.size() == theirs.size()) mine[static_cast<size_t>(a.dim)] = theirs[static_cast<size_t>(a.dim)];
+      if (a.dim != b.dim || a.whole != b.whole || mine != theirs)
         throw Error(r.manifest_path() + ": " + r.name(j) + " is sliced otherwise than in " + first.manifest_path(),
                     r.manifest_path());
     }
+    // Parts of one save: the same step and data-parallel size.
+    for (const char* key : {"world_size", "stage"}) {
+      if (r.manifest().value(key, json()) != first.manifest().value(key, json()))
+        throw Error(r.manifest_path() + ": " + key + " differs from " + first.manifest_path() + "'s (parts of two saves?)",
+                    r.manifest_path());
+    }
+    if (r.manifest().value("counters", json()) != first.manifest().value("counters", json()))
+      throw Error(r.manifest_path() + ": its counters differ from " + first.manifest_path() + "'s (parts of two saves?)",
+                  r.manifest_path());
   }
+  check_tiling();
+}
+
+void CheckpointParts::check_tiling() const {
   // The slices of every split parameter tile it: each starts where the previous part's ends.
   for (int j = 0; j < num_params(); ++j) {
     const SavedSlice& first = slice(0, j);

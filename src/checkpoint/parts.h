@@ -49,6 +49,7 @@ class CheckpointParts {
   void read_whole(int param, const std::string& kind, float* out);
 
  private:
+  void check_tiling() const;  // every split parameter's slices, in part order, cover it exactly
   struct Part {
     std::unique_ptr<CheckpointReader> reader;
     std::vector<SavedSlice> slices;  // per saved parameter

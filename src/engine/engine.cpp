@@ -266,6 +266,13 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   }
   s.slices = engine::slice_parameters(params, s.param_names, tensor_parallel, world.rank());
   if (tensor_parallel.group && tensor_parallel.group->size() > 1) {
+    // The gradient norm counts whole parameters on one member, from their owned gradients; at
+    // stages 2-3 with the optimizer on NVMe those stream to the swap file instead.
+    if (config.zero.stage >= 2 && config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+      throw Error("offload_optimizer.device \"nvme\" at stage " + std::to_string(config.zero.stage) +
+                      " with tensor parallelism is not supported yet",
+                  "zero_optimization.offload_optimizer.device", world.rank());
+    }
     s.tensor_parallel = tensor_parallel.group;
     for (size_t i = 0; i < params.size(); ++i)
       if (s.slices[i].dim < 0) s.replicated_params.push_back(static_cast<int>(i));

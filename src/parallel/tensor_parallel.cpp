@@ -11,15 +11,24 @@
 
 namespace zero {
 
-ParallelGrid::ParallelGrid(World& world, int tensor_parallel)
-    : tensor_parallel_(world.split(world.rank() / std::max(1, tensor_parallel))),
-      data_parallel_(world.split(world.rank() % std::max(1, tensor_parallel))),
-      layer_communicator_(std::make_unique<CountingCommunicator>(tensor_parallel_.communicator(), layer_stats_)) {
+namespace {
+
+// The group size, checked before any rank splits the world (every rank throws alike).
+int checked_group_size(const World& world, int tensor_parallel) {
   if (tensor_parallel < 1 || world.size() % tensor_parallel != 0) {
     throw Error(fmt::format("tensor_parallel.autotp_size {} does not divide the world size {}", tensor_parallel,
                             world.size()),
                 "tensor_parallel.autotp_size", world.rank());
   }
+  return tensor_parallel;
+}
+
+}  // namespace
+
+ParallelGrid::ParallelGrid(World& world, int tensor_parallel)
+    : tensor_parallel_(world.split(world.rank() / checked_group_size(world, tensor_parallel))),
+      data_parallel_(world.split(world.rank() % tensor_parallel)),
+      layer_communicator_(std::make_unique<CountingCommunicator>(tensor_parallel_.communicator(), layer_stats_)) {
   std::set<std::string> spanning;
   for (int first = 0; first < world.size(); first += tensor_parallel) {
     for (int r = first + 1; r < first + tensor_parallel; ++r) {

@@ -6,6 +6,7 @@
 // first steps (SGD at lr 0.5 moves every weight by its whole gradient).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "checkpoint/consolidate.h"
@@ -190,6 +191,25 @@ TEST_F(LlamaCases, TensorParallelCheckpointsResumeAtAnyLayout) {
   }
   test_world().communicator().barrier({.async = false});
   expect_same_weights(first.export_path, consolidated, "consolidated at TP 2");
+  // A part whose manifest moves a slice (a file from elsewhere): refused naming the file, on
+  // every rank, before anything is read.
+  const std::string damaged = (scratch.root / "damaged").string();
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() == 0) {
+    std::filesystem::copy(saved, damaged, std::filesystem::copy_options::recursive);
+    const std::string manifest = damaged + "/tensor_parallel_1_of_2/global_step3/manifest.json";
+    nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+    for (auto& slice : m["tensor_parallel"]["slices"])
+      if (slice[0] == 0) slice[1] = slice[1].get<int64_t>() - 1;
+    std::ofstream(manifest) << m.dump();
+  }
+  test_world().communicator().barrier({.async = false});
+  TrainerOptions broken = split_options("llama_mha", 1, "adamw", tensor_parallel(2));
+  broken.save_dir = damaged;
+  broken.resume = true;
+  const std::string moved = refusal(broken);
+  EXPECT_NE(moved.find("tensor_parallel_1_of_2/global_step3/manifest.json"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("not where the previous part's ends"), std::string::npos) << moved;
   std::vector<std::pair<int, int>> layouts = {{1, 1}, {2, 2}, {0, 2}};  // (stage, TP size)
   if (test_world().size() % 4 == 0) layouts.push_back({2, 4});
   for (const auto& [stage, size] : layouts) {
@@ -274,6 +294,20 @@ TEST_F(LlamaCases, TensorParallelRefusalsNameTheKeyAndTheNumbers) {
   const std::string uneven = refusal(odd);
   EXPECT_NE(uneven.find("a sequence of 15 tokens does not split over 2 tensor-parallel ranks"), std::string::npos)
       << uneven;
+  // The optimizer's gradients streamed to NVMe bypass the norm's count of whole parameters.
+  TrainerOptions nvme = split_options("llama_gqa", 2, "sgd");
+  nvme.config_text = R"({"train_batch_size": 12, "zero_allow_untested_optimizer": true,
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "tensor_parallel": {"autotp_size": 2}})";
+  const std::string streamed = refusal(nvme);
+  EXPECT_NE(streamed.find("offload_optimizer.device \"nvme\" at stage 2 with tensor parallelism is not supported yet"),
+            std::string::npos)
+      << streamed;
+  // An export that cannot be written: an error on every rank, none left waiting in a broadcast.
+  TrainerOptions unwritable = split_options("llama_mha", 3, "sgd");
+  unwritable.steps = 0;
+  unwritable.export_path = "/proc/zero_cannot_write_here/model";
+  EXPECT_NE(refusal(unwritable), "") << "the export to /proc succeeded";
   const std::string sizes =
       refusal(split_options("llama_gqa", 0, "sgd", R"("tensor_parallel": {"autotp_size": 2, "tp_size": 4})"));
   EXPECT_NE(sizes.find("tensor_parallel.tp_size: 4 differs from tensor_parallel.autotp_size = 2"), std::string::npos)
