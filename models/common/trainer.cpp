@@ -418,6 +418,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   const OpStats gathers = engine.comm_stats().total(CollectiveOp::kAllGather);
   result.all_gather_calls = gathers.calls;
   result.all_gather_seconds = gathers.seconds;
+  result.memory = engine.memory_report();
   if (grid) {
     result.tensor_parallel_all_reduce = grid->layer_stats().total(CollectiveOp::kAllReduce);
     result.tensor_parallel_all_gather = grid->layer_stats().total(CollectiveOp::kAllGather);

@@ -16,6 +16,7 @@
 
 #include "models/gpt/llmc_files.h"
 #include "zero/comm_stats.h"
+#include "zero/engine.h"
 #include "zero/config.h"
 #include "models/gpt/sampler.h"
 
@@ -90,6 +91,7 @@ struct TrainerResult {
   // Tensor parallelism: the collectives of the model's layers over its group, over the run
   // (training steps and any evaluation); all-gathers and reduce-scatters with sequence parallelism.
   OpStats tensor_parallel_all_reduce, tensor_parallel_all_gather, tensor_parallel_reduce_scatter;
+  MemoryReport memory;  // this rank's engine at the end (model states by category)
 };
 
 // The DeepSpeed config used when none is given.

@@ -168,6 +168,27 @@ TEST_F(LlamaCases, SequenceParallelBytesAreMegatronsCount) {
   EXPECT_EQ(r.tensor_parallel_all_reduce.elements, (3 * rows * kSeq + (2 * layers + 1) * hidden) * steps);
 }
 
+// Each rank's model states are the formula's: the parameters ÷ TP (the norms, 2L + 1 vectors of
+// hidden, whole on every member), then ZeRO-1's division of the fp32 master and AdamW's two
+// moments over the data-parallel ranks; bf16 weights and gradients whole. llama_mha has 87 872
+// parameters; 320 are norms. (bf16: an fp32 model on one data-parallel rank steps its weights
+// as the master, with no copy.)
+TEST_F(LlamaCases, TensorParallelModelStatesAreTheFormulas) {
+  if (!world_splits_in_two()) GTEST_SKIP() << "a world of odd size: the refusal below";
+  const int64_t whole = 87872, norms = (2 * 2 + 1) * 64, data_parallel = test_world().size() / 2;
+  const int64_t slice = (whole - norms) / 2 + norms;
+  const zero::MemoryReport m =
+      train_model(split_options("llama_mha", 1, "adamw", std::string(R"("bf16": {"enabled": true}, )") + kTensorParallel2),
+                  test_world(), nullptr)
+          .memory;
+  EXPECT_EQ(slice, 44096);
+  EXPECT_EQ(m.parameters, 2 * slice) << "bf16, whole at stage 1";
+  EXPECT_EQ(m.gradients, 2 * slice);
+  EXPECT_EQ(m.master_weights, 4 * (slice + m.padding_elements) / data_parallel);
+  EXPECT_EQ(m.optimizer_state, 2 * m.master_weights);
+  EXPECT_LT(m.padding_elements, 64 * data_parallel) << "alignment only";
+}
+
 // Saved at TP 2 with ZeRO-3 (each member's data-parallel group writes its slices, named by their
 // place in the whole parameter), resumed at every layout this job can make — TP 1, 2 and (at 4
 // ranks) 4, at other stages, so other data-parallel sizes and partitions — directly, with no
