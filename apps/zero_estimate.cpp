@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   double buffer_factor = 1.5, bandwidth = 0, device_memory = 0, host_memory = 0;
   bool checkpointing = false;
   int stage = -1;
+  int tensor_parallel = 1;
   std::string offload_optimizer = "none", offload_param = "none";
   app.add_option("--params", params_text, "parameters (7.5B, 2851M, ...)");
   app.add_option("--largest-layer", largest_text, "parameters of the largest layer (default: Ψ/100 cold; live: a block or wte)");
@@ -75,6 +76,9 @@ int main(int argc, char** argv) {
   app.add_option("--llmc", llmc, "an llm.c checkpoint: its shape (only the header is read)")->check(CLI::ExistingFile);
   app.add_option("--ranks-per-node", per_node, "devices (ranks) per node")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--nodes", nodes, "nodes")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--tensor-parallel", tensor_parallel, "tensor-parallel group size (tensor_parallel.autotp_size)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--buffer-factor", buffer_factor, "DeepSpeed's additional_buffer_factor for host memory")->capture_default_str();
   app.add_option("--dtype-bytes", dtype_bytes, "bytes per element on the wire and of 16-bit weights (2; 4 for fp32)")
       ->check(CLI::IsMember({2, 4}))->capture_default_str();
@@ -108,6 +112,10 @@ int main(int argc, char** argv) {
       throw zero::Error("give --params N, --gpt L,NH,C,V,maxT or --llmc FILE", "--params");
     }
     const int ranks = per_node * nodes;
+    if (ranks % tensor_parallel != 0) {
+      throw zero::Error(fmt::format("--tensor-parallel {} does not divide the {} ranks", tensor_parallel, ranks),
+                        "--tensor-parallel");
+    }
     fmt::print("{:.4g} parameters (largest layer {:.4g}) on {} node{} x {} device{} = {} ranks\n\n", params, largest, nodes,
                nodes == 1 ? "" : "s", per_node, per_node == 1 ? "" : "s", ranks);
 
@@ -149,6 +157,32 @@ int main(int argc, char** argv) {
     fmt::print("  baseline (DDP) {:.2f} | P_os {:.2f} | P_os+g {:.2f} | P_os+g+p {:.2f}  ({:.0f} bytes per parameter "
                "without ZeRO)\n",
                p.baseline / 1e9, p.os / 1e9, p.os_g / 1e9, p.os_g_p / 1e9, p.baseline / params);
+
+    if (tensor_parallel > 1) {
+      // docs/tensor_parallel.md: each rank holds 1/TP of the weights (the norms, a vanishing share,
+      // whole on every rank), and ZeRO partitions that over the world / TP data-parallel ranks.
+      const double sliced = params / tensor_parallel;
+      const int data_parallel = ranks / tensor_parallel;
+      const est::PaperStates t = est::zero_paper(sliced, data_parallel);
+      fmt::print("With tensor parallelism {} ({} data-parallel ranks), per device (GB = 1e9; the norms counted as "
+                 "split):\n",
+                 tensor_parallel, data_parallel);
+      fmt::print("  baseline (DDP) {:.2f} | P_os {:.2f} | P_os+g {:.2f} | P_os+g+p {:.2f}\n", t.baseline / 1e9, t.os / 1e9,
+                 t.os_g / 1e9, t.os_g_p / 1e9);
+      for (int k : {0, 1, 2, 3}) {
+        fmt::print("{} stage {}: data-parallel {:.3f} GB sent per step and rank\n", k == stage ? ">" : " ", k,
+                   est::comm_bytes_per_step(sliced, data_parallel, k, dtype_bytes) / 1e9);
+      }
+      if (shape) {
+        // Megatron's all-reduces of B×T×C per micro-step: two per block each way, the embedding's
+        // and the lm_head input's.
+        const double tokens = static_cast<double>(micro) * (seq > 0 ? seq : shape->max_seq);
+        const double message = (4.0 * shape->layers + 2) * tokens * shape->channels * dtype_bytes;
+        fmt::print("  tensor-parallel all-reduces per micro-step and rank: {:.3f} GB of messages, {:.3f} GB sent\n",
+                    message / 1e9, message * 2 * (tensor_parallel - 1) / tensor_parallel / 1e9);
+      }
+      fmt::print("\n");
+    }
 
     double bytes_per_second = bandwidth * 1e9;
     std::string link = fmt::format("{} GB/s", bandwidth);
