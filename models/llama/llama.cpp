@@ -1,5 +1,7 @@
 #include "models/llama/llama.h"
 
+#include "models/llama/llama_tensor_parallel.h"
+
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -85,17 +87,17 @@ at::Tensor WeightSource::get_slice(const HfTensor& tensor, at::ScalarType dtype,
 }
 
 Weights::Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors,
-                 at::ScalarType dtype, const TensorParallelPlace& place, Split split) {
-  // The dimension this rank holds a slice of: the output features (column-parallel, and the
-  // vocabulary's rows), or the input features (row-parallel; its bias stays whole).
-  auto load = [&](const HfTensor& t, bool is_bias) {
-    const int dim = split == Split::kRow ? (is_bias ? -1 : 1) : split == Split::kWhole ? -1 : 0;
+                 at::ScalarType dtype, const TensorParallelPlace& place) {
+  // Each tensor as split_of splits it (Megatron's layout): a slice of its output features or of
+  // the vocabulary's rows (dimension 0), of its input features (1), or whole.
+  auto load = [&](const HfTensor& t) {
+    const int dim = split_dim(split_of(t.name));
     if (dim < 0 || place.size == 1) return source.get(t, dtype);
     const SliceRange r = slice_range(t.shape[static_cast<size_t>(dim)], place.rank, place.size);
     return source.get_slice(t, dtype, dim, r.start, r.length);
   };
-  weight = register_parameter("weight", load(find_tensor(tensors, prefix + "weight"), false));
-  if (has_tensor(tensors, prefix + "bias")) bias = register_parameter("bias", load(find_tensor(tensors, prefix + "bias"), true));
+  weight = register_parameter("weight", load(find_tensor(tensors, prefix + "weight")));
+  if (has_tensor(tensors, prefix + "bias")) bias = register_parameter("bias", load(find_tensor(tensors, prefix + "bias")));
 }
 
 RotaryTables::RotaryTables(const LlamaConfig& config) : inv_freq_(inverse_frequencies(config)) {}
@@ -121,24 +123,24 @@ std::pair<at::Tensor, at::Tensor> RotaryTables::cos_sin(int64_t seq, at::ScalarT
 LlamaAttention::LlamaAttention(const LlamaConfig&, WeightSource& source, const std::vector<HfTensor>& tensors,
                                int layer, at::ScalarType dtype, const TensorParallelPlace& place) {
   const std::string p = layer_prefix(layer) + "self_attn.";
-  auto make = [&](const char* name, Split split) {
-    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place, split));
+  auto make = [&](const char* name) {
+    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place));
   };
-  q_proj = make("q_proj", Split::kColumn);
-  k_proj = make("k_proj", Split::kColumn);
-  v_proj = make("v_proj", Split::kColumn);
-  o_proj = make("o_proj", Split::kRow);
+  q_proj = make("q_proj");
+  k_proj = make("k_proj");
+  v_proj = make("v_proj");
+  o_proj = make("o_proj");
 }
 
 LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
                    const TensorParallelPlace& place) {
   const std::string p = layer_prefix(layer) + "mlp.";
-  auto make = [&](const char* name, Split split) {
-    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place, split));
+  auto make = [&](const char* name) {
+    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place));
   };
-  gate_proj = make("gate_proj", Split::kColumn);
-  up_proj = make("up_proj", Split::kColumn);
-  down_proj = make("down_proj", Split::kRow);
+  gate_proj = make("gate_proj");
+  up_proj = make("up_proj");
+  down_proj = make("down_proj");
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
@@ -223,7 +225,7 @@ at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k
 LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp) {
   const std::vector<HfTensor> tensors = llama_tensors(c);
   embed_tokens = register_module(
-      "embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype, tp, Split::kVocabulary));
+      "embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype, tp));
   layer_list = register_module("layers", std::make_shared<torch::nn::Module>());
   auto rope = std::make_shared<RotaryTables>(c);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -258,7 +260,7 @@ LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::Scal
   model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place));
   if (!config.tie_word_embeddings) {
     lm_head = register_module(
-        "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place, Split::kVocabulary));
+        "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place));
   }
 }
 

@@ -57,7 +57,7 @@ struct TensorParallelPlace {
   bool sequence_parallel = false;
 };
 
-// Which way a weight is split over the tensor-parallel group.
+// Which way a weight is split over the tensor-parallel group (llama_tensor_parallel.h: split_of).
 enum class Split { kWhole, kColumn, kRow, kVocabulary };
 
 // Random weights from torch's global generator (every rank seeded alike draws the same):
@@ -66,8 +66,9 @@ std::unique_ptr<WeightSource> random_weights();
 
 // A weight (and bias) as stored: a module so that the names come out as transformers' do.
 struct Weights : torch::nn::Module {
+  // With tensor parallelism, this rank's slice of each tensor, as split_of splits it.
   Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors, at::ScalarType dtype,
-          const TensorParallelPlace& place = {}, Split split = Split::kWhole);
+          const TensorParallelPlace& place = {});
   at::Tensor weight, bias;  // bias undefined when the layer has none
 };
 

@@ -56,34 +56,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group travels through the autograd context as an address: the layers that call these
-// operators hold the grid, which outlives every forward and backward.
-Communicator& group_of(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
-}
-
 at::Tensor summed(const at::Tensor& x, Communicator& group) {
   at::Tensor out = x.contiguous().clone();  // never the caller's (or autograd's) buffer
   group.all_reduce(out, ReduceOp::kSum, {.async = false});
   return out;
 }
 
-struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
-    ctx->saved_data["group"] = group;
-    return x.view_as(x);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {summed(grads[0], group_of(ctx)), at::Tensor()};
-  }
-};
-
-struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
-  static at::Tensor forward(AutogradContext*, const at::Tensor& x, int64_t group) {
-    return summed(x, *reinterpret_cast<Communicator*>(group));
-  }
-  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
-};
+at::Tensor same(const at::Tensor& x, Communicator&) { return x.view_as(x); }  // a new node's output
 
 // Along the sequence (dimension 1 of [B, T, H]): the collectives cut their buffers into
 // contiguous chunks, so the sequence goes first while they run (Megatron's [T, B, H] layout).
@@ -105,25 +84,25 @@ at::Tensor reduce_scattered_sequence(const at::Tensor& x, Communicator& group) {
   return out.transpose(0, 1);
 }
 
-struct GatherFromSequenceParallel : torch::autograd::Function<GatherFromSequenceParallel> {
+// Megatron's operators are pairs: a collective (or nothing) forward and its conjugate backward.
+// The group travels through the autograd context as an address: the layers that call these
+// operators hold the grid, which outlives every forward and backward.
+template <at::Tensor (*Forward)(const at::Tensor&, Communicator&), at::Tensor (*Backward)(const at::Tensor&, Communicator&)>
+struct Conjugate : torch::autograd::Function<Conjugate<Forward, Backward>> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return all_gathered_sequence(x, *reinterpret_cast<Communicator*>(group));
+    return Forward(x, *reinterpret_cast<Communicator*>(group));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scattered_sequence(grads[0], group_of(ctx)), at::Tensor()};
+    Communicator& group = *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
+    return {Backward(grads[0], group), at::Tensor()};
   }
 };
 
-struct ReduceScatterToSequenceParallel : torch::autograd::Function<ReduceScatterToSequenceParallel> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
-    ctx->saved_data["group"] = group;
-    return reduce_scattered_sequence(x, *reinterpret_cast<Communicator*>(group));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gathered_sequence(grads[0], group_of(ctx)), at::Tensor()};
-  }
-};
+using CopyToTensorParallel = Conjugate<same, summed>;
+using ReduceFromTensorParallel = Conjugate<summed, same>;
+using GatherFromSequenceParallel = Conjugate<all_gathered_sequence, reduce_scattered_sequence>;
+using ReduceScatterToSequenceParallel = Conjugate<reduce_scattered_sequence, all_gathered_sequence>;
 
 int64_t address(Communicator& group) { return reinterpret_cast<int64_t>(&group); }
 
