@@ -30,24 +30,31 @@
 #include <string>
 #include <vector>
 
+namespace zero {
+class Communicator;
+}
+
 namespace zero::checkpointing {
 
 using CheckpointFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
-// `name`: how errors and the profile name this checkpoint (e.g. "h3").
+// `name`: how errors and the profile name this checkpoint (e.g. "h3"). `partition_over`: see above
+// (null or a group of one: the inputs are kept whole).
 std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<at::Tensor>& inputs,
-                                   const std::string& name = "checkpoint");
+                                   const std::string& name = "checkpoint", Communicator* partition_over = nullptr);
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input,
-                      const std::string& name = "checkpoint");
+                      const std::string& name = "checkpoint", Communicator* partition_over = nullptr);
 
 // Runs `blocks` (shared pointers to modules, or zero::Units, with forward(Tensor)) in order on
-// `x`: blocks 0, every, 2·every, ... under checkpoint, named "h<index>" (every 0: none).
+// `x`: blocks 0, every, 2·every, ... under checkpoint, named "h<index>" (every 0: none), their
+// inputs partitioned over `partition_over` when given.
 template <class Blocks>
-at::Tensor run_blocks(const Blocks& blocks, at::Tensor x, int64_t every) {
+at::Tensor run_blocks(const Blocks& blocks, at::Tensor x, int64_t every, Communicator* partition_over = nullptr) {
   for (size_t l = 0; l < blocks.size(); ++l) {
     auto block = blocks[l];
     if (every > 0 && static_cast<int64_t>(l) % every == 0) {
-      x = checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x, "h" + std::to_string(l));
+      x = checkpoint([block](const at::Tensor& in) { return block->forward(in); }, x, "h" + std::to_string(l),
+                     partition_over);
     } else {
       x = block->forward(x);
     }

@@ -15,7 +15,9 @@ class MemoryTracker {
 
   int64_t current() const;  // bytes of live tensors allocated through the tracker
   int64_t peak() const;     // the most `current` has been since install or reset_peak()
-  void reset_peak();
+  // The largest single allocation since install or reset_peak() (bytes): what one tensor took.
+  int64_t largest_allocation() const;
+  void reset_peak();  // and the largest allocation
   // 0: no limit. Bytes allocated before installing are not counted.
   void set_budget(int64_t bytes);
   int64_t budget() const;

@@ -40,6 +40,9 @@ class TrainableModel {
   virtual int64_t parameters() const = 0;
   virtual std::string describe() const = 0;  // "GPT-2 L=4 NH=4 C=128 V=256 maxT=128"
   virtual void set_checkpoint_every(int64_t every) = 0;
+  // activation_checkpointing.partition_activations: the checkpointed inputs kept split over the
+  // model's tensor-parallel group. A model without one has nothing to split.
+  virtual void set_partition_activations(bool partition) {}
   // Model FLOPs per token (forward + backward) at rows of `seq` tokens.
   virtual double flops_per_token(int64_t seq) const = 0;
   // The activations of one micro-step, without and with checkpointing, when the model knows them.

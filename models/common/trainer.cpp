@@ -253,6 +253,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   models::TrainableModel& model = *built;
   checkpoint.reset();  // the llm.c weights are in the model now
   model.set_checkpoint_every(options.checkpoint_every);
+  model.set_partition_activations(config.activation_checkpointing.partition_activations);
   model.module().to(device);  // before the engine is built, as DeepSpeed finds the model on its device
   Engine engine(model.module(), config, data_parallel, {}, model.tensor_parallel());
   // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.

@@ -290,7 +290,9 @@ at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) {
     if (config.pad_token_id >= 0) lookup.padding_idx(config.pad_token_id);
     x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
   }
-  x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every);
+  // A block's input is whole on every member (unless sequence-parallel): each can keep 1/n of it.
+  Communicator* partition = partition_activations && !place.sequence_parallel ? place.group : nullptr;
+  x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every, partition);
   if (!place.sequence_parallel || !place.group) return rms_norm(x, model->norm->weight, config.rms_norm_eps);
   return rms_norm(x, copy_to_tensor_parallel(model->norm->weight, *place.group), config.rms_norm_eps);
 }

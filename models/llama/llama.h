@@ -143,6 +143,9 @@ struct LlamaForCausalLM : torch::nn::Module {
   std::shared_ptr<LlamaModel> model;
   std::shared_ptr<Weights> lm_head;  // null when tied
   int64_t checkpoint_every = 0;      // activation checkpointing, as the GPT's
+  // The checkpointed block inputs kept split over the tensor-parallel group (DeepSpeed's
+  // partition_activations). Under sequence parallelism they are split along the sequence already.
+  bool partition_activations = false;
 
  private:
   at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden] (T/size: sequence-parallel)

@@ -36,6 +36,7 @@ class LlamaTrainable : public models::TrainableModel {
                        c.tie_word_embeddings ? " tied" : "");
   }
   void set_checkpoint_every(int64_t every) override { model_.checkpoint_every = every; }
+  void set_partition_activations(bool partition) override { model_.partition_activations = partition; }
   double flops_per_token(int64_t seq) const override { return llama_flops_per_token(model_.config, seq); }
   std::optional<std::pair<int64_t, int64_t>> activation_bytes(int64_t, int64_t, int64_t) const override {
     return std::nullopt;

@@ -146,11 +146,14 @@ void check_cross_key_rules(Config& c, Diagnostics& diag) {
     z.offload_optimizer.device = OffloadDevice::kNone;
     diag.record("zero_optimization.offload_optimizer.device", "none", ValueSource::kDefault);
   }
-  if (c.activation_checkpointing.partition_activations) {
+  if (c.activation_checkpointing.partition_activations && c.tensor_parallel.size <= 1) {
     // DeepSpeed takes it without model parallelism too, where it changes nothing.
-    diag.warnings.push_back("activation_checkpointing.partition_activations: no effect: it partitions checkpointed "
-                            "activations across model-parallel ranks, and zerocpp has no model parallelism "
+    diag.warnings.push_back("activation_checkpointing.partition_activations: no effect without tensor parallelism: "
+                            "it splits checkpointed activations over the tensor-parallel group "
                             "(with one model-parallel rank DeepSpeed changes nothing either)");
+  } else if (c.activation_checkpointing.partition_activations && c.tensor_parallel.sequence_parallel) {
+    diag.warnings.push_back("activation_checkpointing.partition_activations: no effect with zerocpp.sequence_parallel: "
+                            "the checkpointed activations are split along the sequence already");
   }
   if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
     diag.problem("zero_optimization.offload_optimizer.ratio",

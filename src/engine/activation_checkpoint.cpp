@@ -14,6 +14,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "zero/communicator.h"
 #include "zero/error.h"
 
 namespace zero::checkpointing {
@@ -59,12 +60,42 @@ void set_cpu_random_state(const at::Tensor& state) {
   gen.set_state(state);
 }
 
+// An input kept as this member's piece of it (partition_activations): the flattened tensor cut
+// into `members` pieces of ceil(numel / members) elements, the last padded with zeros so that an
+// all-gather of equal pieces puts it back.
+struct Piece {
+  at::Tensor mine;
+  std::vector<int64_t> shape;
+};
+
+Piece cut(const at::Tensor& whole, Communicator& group) {
+  const at::Tensor flat = whole.reshape(-1);
+  const int64_t members = group.size(), numel = flat.numel();
+  const int64_t length = (numel + members - 1) / members;
+  const int64_t start = std::min(numel, length * group.rank()), have = std::min(length, numel - start);
+  Piece piece{at::zeros({length}, flat.options()), whole.sizes().vec()};
+  piece.mine.narrow(0, 0, have).copy_(flat.narrow(0, start, have));
+  return piece;
+}
+
+at::Tensor join(const Piece& piece, Communicator& group) {
+  const int64_t length = piece.mine.numel();
+  at::Tensor gathered = at::empty({length * group.size()}, piece.mine.options());
+  group.all_gather(piece.mine, gathered, {.async = false});
+  const int64_t numel = c10::multiply_integers(piece.shape);
+  return gathered.narrow(0, 0, numel).view(piece.shape);
+}
+
 class CheckpointBackward : public torch::autograd::Node {
  public:
   std::string name() const override { return "zero::CheckpointBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i].mine.defined()) inputs[i] = join(pieces[i], *partition);  // (every member joins, in order)
+    }
     for (size_t i = 0; i < inputs.size(); ++i) {
+      if (pieces[i].mine.defined()) continue;  // a copy: the input's later changes do not reach it
       if (inputs[i].defined() && inputs[i]._version() != versions[i]) {
         throw Error("activation checkpoint \"" + label + "\": input " + std::to_string(i) +
                         " was changed in place after the forward; the recomputation would see other values",
@@ -125,12 +156,17 @@ class CheckpointBackward : public torch::autograd::Node {
     torch::autograd::variable_list result;
     for (size_t i = 0; i < again.size(); ++i)
       result.push_back(again[i].defined() && needs_grad[i] ? again[i].grad() : at::Tensor());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i].mine.defined()) inputs[i] = at::Tensor();  // the whole again only while recomputing
+    }
     return result;
   }
 
   CheckpointFunction fn;
   std::string label;
-  std::vector<at::Tensor> inputs;  // detached: only their values are kept
+  std::vector<at::Tensor> inputs;  // detached: only their values are kept (undefined while partitioned)
+  std::vector<Piece> pieces;       // per input: this member's piece when partitioned, else empty
+  Communicator* partition = nullptr;
   std::vector<bool> needs_grad;
   std::vector<uint32_t> versions;
   at::Tensor rng_state;
@@ -145,7 +181,7 @@ bool recomputing() { return recomputing_depth > 0; }
 }  // namespace detail
 
 std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vector<at::Tensor>& inputs,
-                                   const std::string& name) {
+                                   const std::string& name, Communicator* partition_over) {
   if (!at::GradMode::is_enabled()) return fn(inputs);  // nothing to save for
   auto node = std::shared_ptr<CheckpointBackward>(new CheckpointBackward(), torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(inputs));
@@ -158,12 +194,19 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
     node->needs_grad.push_back(t.defined() && t.requires_grad());
     node->versions.push_back(t.defined() ? t._version() : 0);
   }
-  node->inputs = detached;
   std::vector<at::Tensor> outputs;
   const auto start = std::chrono::steady_clock::now();
   {
     at::NoGradGuard no_grad;
     outputs = fn(detached);
+  }
+  // Kept whole, or as this member's piece (after the run: the outputs may alias the inputs).
+  const bool partitioned = partition_over != nullptr && partition_over->size() > 1;
+  node->partition = partition_over;
+  for (const at::Tensor& t : detached) {
+    const bool cut_it = partitioned && t.defined() && at::isFloatingType(t.scalar_type());
+    node->pieces.push_back(cut_it ? cut(t, *partition_over) : Piece{});
+    node->inputs.push_back(cut_it ? at::Tensor() : t);
   }
   ++forwards;
   if (profiling) add_profile(name, seconds_since(start), 0, 0, 1);
@@ -182,9 +225,9 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
 }
 
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input,
-                      const std::string& name) {
+                      const std::string& name, Communicator* partition_over) {
   return checkpoint([fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; }, {input},
-                    name)[0];
+                    name, partition_over)[0];
 }
 
 void set_profiling(bool on) { profiling = on; }

@@ -15,7 +15,7 @@
 namespace zero {
 namespace {
 
-std::atomic<int64_t> g_current{0}, g_peak{0}, g_budget{0};
+std::atomic<int64_t> g_current{0}, g_peak{0}, g_budget{0}, g_largest{0};
 c10::DeleterFnPtr g_base_deleter = nullptr;
 std::mutex g_mutex;
 std::unordered_map<void*, int64_t>* g_sizes = new std::unordered_map<void*, int64_t>();  // never freed: exit order
@@ -59,6 +59,9 @@ class TrackingAllocator final : public c10::Allocator {
     int64_t peak = g_peak.load();
     while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
     }
+    int64_t largest = g_largest.load();
+    while (bytes > largest && !g_largest.compare_exchange_weak(largest, bytes)) {
+    }
     c10::DataPtr inner = base_->allocate(n);
     const c10::Device device = inner.device();
     void* data = inner.release_context();  // the default CPU allocator's context is its data
@@ -93,7 +96,11 @@ MemoryTracker& MemoryTracker::install() {
 
 int64_t MemoryTracker::current() const { return g_current.load(); }
 int64_t MemoryTracker::peak() const { return g_peak.load(); }
-void MemoryTracker::reset_peak() { g_peak = g_current.load(); }
+int64_t MemoryTracker::largest_allocation() const { return g_largest.load(); }
+void MemoryTracker::reset_peak() {
+  g_peak = g_current.load();
+  g_largest = 0;
+}
 void MemoryTracker::set_budget(int64_t bytes) { g_budget = bytes; }
 int64_t MemoryTracker::budget() const { return g_budget.load(); }
 

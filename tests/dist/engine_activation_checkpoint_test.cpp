@@ -98,3 +98,42 @@ TEST(EngineActivationCheckpoint, WithEveryOffloadMode) {
 }
 
 }  // namespace
+
+// Partitioned over the world (every rank holds the same inputs, as a tensor-parallel group does
+// outside its split regions): each rank keeps its piece of each floating-point input — 15
+// elements cut into pieces of ceil(15 / n), the last padded — and the all-gather before the
+// recomputation puts them back. The gradients are the same bits as whole; an integer input stays
+// whole; a later in-place change of the input no longer reaches the recomputation.
+TEST(EngineActivationCheckpoint, PartitionedInputsComeBackWhole) {
+  namespace ckpt = zero::checkpointing;
+  auto block = [](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{(in[0].sin() * in[1]).index_select(1, in[2])};
+  };
+  auto gradients = [&](zero::Communicator* partition) {
+    torch::manual_seed(3);  // the same on every rank
+    const at::Tensor x = torch::randn({3, 5}, torch::requires_grad()), w = torch::randn({3, 5}, torch::requires_grad());
+    const at::Tensor index = torch::tensor({4, 0, 2}, torch::kLong);
+    const at::Tensor y = ckpt::checkpoint(block, {x * 1, w, index}, "partitioned", partition)[0];
+    y.pow(2).sum().backward();
+    return std::pair{x.grad(), w.grad()};
+  };
+  zero::Communicator& world = test_world().communicator();
+  const int64_t gathers_before = zero::checkpointing::counts().recomputations;
+  const auto [x_whole, w_whole] = gradients(nullptr);
+  const auto [x_split, w_split] = gradients(&world);
+  EXPECT_TRUE(x_whole.equal(x_split));
+  EXPECT_TRUE(w_whole.equal(w_split));
+  EXPECT_EQ(zero::checkpointing::counts().recomputations - gathers_before, 2);
+  // Changed in place after the forward: whole, an error; partitioned, the forward's values come back.
+  for (zero::Communicator* partition : {static_cast<zero::Communicator*>(nullptr), &world}) {
+    at::Tensor x = torch::ones({4}, torch::requires_grad()), input = x * 2;
+    const at::Tensor y = ckpt::checkpoint([](const at::Tensor& in) { return in.exp(); }, input, "changed", partition);
+    input.detach().add_(1);
+    if (partition && world.size() > 1) {
+      y.sum().backward();
+      EXPECT_TRUE(x.grad().allclose(2 * torch::full({4}, std::exp(2.0)))) << x.grad();
+    } else {
+      EXPECT_THROW(y.sum().backward(), std::exception);
+    }
+  }
+}

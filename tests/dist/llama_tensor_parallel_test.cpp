@@ -5,12 +5,17 @@
 // a gradient summed twice over the group or a batch counted over the whole world shows in the
 // first steps (SGD at lr 0.5 moves every weight by its whole gradient).
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <fstream>
 #include <string>
 
 #include "checkpoint/consolidate.h"
 #include "models/llama/hf_sink.h"
+#include "models/llama/llama.h"
+#include "models/llama/llama_config.h"
+#include "zero/memory_tracker.h"
+#include "zero/tensor_parallel.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
 #include "tests/dist/scratch_dir.h"
@@ -44,6 +49,34 @@ std::string refusal(const TrainerOptions& o) {
 }
 
 bool world_splits_in_two() { return test_world().size() % 2 == 0; }
+
+// A model for measuring memory: a long context and a vocabulary wide enough that its logits are
+// the largest tensor of a step (2 layers, hidden 64, 4 heads of 16 over 2 key/value heads).
+constexpr int64_t kLayers = 2, kHidden = 64, kVocab = 8192, kLongContext = 2048;
+
+zero::llama::LlamaConfig memory_case() {
+  return zero::llama::parse_llama_config(
+      {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", kHidden},
+       {"intermediate_size", 128}, {"num_hidden_layers", kLayers}, {"num_attention_heads", 4},
+       {"num_key_value_heads", 2}, {"vocab_size", kVocab}, {"max_position_embeddings", kLongContext},
+       {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}},
+      "memory_case");
+}
+
+// The same random weights and tokens on every rank; `group` null: the whole model.
+std::unique_ptr<zero::llama::LlamaForCausalLM> memory_case_model(zero::ParallelGrid* grid) {
+  torch::manual_seed(7);
+  const auto weights = zero::llama::random_weights();
+  zero::llama::TensorParallelPlace place;
+  if (grid) place = {.group = &grid->layer_communicator(), .rank = grid->tensor_parallel().rank(), .size = 2};
+  return std::make_unique<zero::llama::LlamaForCausalLM>(memory_case(), *weights, at::kFloat, place);
+}
+
+std::pair<at::Tensor, at::Tensor> tokens_and_targets(int64_t seq) {
+  torch::manual_seed(8);
+  const at::Tensor row = torch::randint(0, kVocab, {1, seq + 1}, torch::kLong);
+  return {row.narrow(1, 0, seq).contiguous(), row.narrow(1, 1, seq).contiguous()};
+}
 
 }  // namespace
 
@@ -351,4 +384,61 @@ TEST_F(LlamaCases, TensorParallelRefusalsNameTheKeyAndTheNumbers) {
       refusal(split_options("llama_gqa", 0, "sgd", R"("tensor_parallel": {"autotp_size": 2, "tp_size": 4})"));
   EXPECT_NE(sizes.find("tensor_parallel.tp_size: 4 differs from tensor_parallel.autotp_size = 2"), std::string::npos)
       << sizes;
+}
+
+// activation_checkpointing.partition_activations at T = 2048, every block checkpointed, TP 2: each
+// block's saved input [1, 2048, 64] (whole on both members) is kept as half of it on each, and
+// all-gathered when its block runs again. The forward leaves exactly L·B·T·hidden·4 / 2 bytes
+// fewer alive (counted by the allocator), and the gradients are the same bits.
+TEST_F(LlamaCases, PartitionedActivationsKeepTheirShareOfEachCheckpointedInput) {
+  if (!world_splits_in_two()) GTEST_SKIP() << "a world of odd size";
+  zero::ParallelGrid grid(test_world(), 2);
+  const auto model = memory_case_model(&grid);
+  model->checkpoint_every = 1;
+  const auto [tokens, targets] = tokens_and_targets(kLongContext);
+  zero::MemoryTracker& tracker = zero::MemoryTracker::install();
+  auto run = [&](bool partition) {
+    model->partition_activations = partition;
+    model->zero_grad();
+    const int64_t before = tracker.current();
+    const at::Tensor loss = model->loss(tokens, targets);
+    const int64_t held = tracker.current() - before;  // the graph the forward leaves for backward
+    loss.backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::pair{held, grads};
+  };
+  run(false);  // once before measuring: the rotary tables for T are made on first use
+  const auto [whole, whole_grads] = run(false);
+  const auto [partitioned, partitioned_grads] = run(true);
+  const int64_t saved_input_bytes = kLongContext * kHidden * 4;
+  EXPECT_EQ(whole - partitioned, kLayers * saved_input_bytes / 2)
+      << "held after the forward: " << whole << " bytes whole, " << partitioned << " partitioned";
+  ASSERT_EQ(whole_grads.size(), partitioned_grads.size());
+  for (size_t i = 0; i < whole_grads.size(); ++i) EXPECT_TRUE(whole_grads[i].equal(partitioned_grads[i])) << "parameter " << i;
+  // On the trainer's trajectory too: checkpointed and partitioned, stage 3, within 1e-5 of the reference.
+  TrainerOptions o = split_options("llama_gqa", 3, "sgd",
+                                   std::string(kTensorParallel2) + R"(, "activation_checkpointing": {"partition_activations": true})");
+  o.checkpoint_every = 1;
+  const std::vector<double> got = losses(train_model(o, test_world(), nullptr));
+  const auto reference = expected("llama_gqa")["sgd"]["losses"].get<std::vector<double>>();
+  ASSERT_EQ(got.size(), reference.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 1e-5) << "step " << i + 1;
+}
+
+// The vocabulary-parallel loss never holds the whole logits: the largest tensor of a step's
+// forward and backward is this rank's [B·T, V/2] slice of them, and without the split it is the
+// whole [B·T, V] (so the count sees the logits).
+TEST_F(LlamaCases, VocabularyParallelLossHoldsOnlyItsSliceOfTheLogits) {
+  if (!world_splits_in_two()) GTEST_SKIP() << "a world of odd size";
+  zero::ParallelGrid grid(test_world(), 2);
+  const int64_t seq = 256;
+  const auto [tokens, targets] = tokens_and_targets(seq);
+  zero::MemoryTracker& tracker = zero::MemoryTracker::install();
+  for (const bool split : {true, false}) {
+    const auto model = memory_case_model(split ? &grid : nullptr);
+    tracker.reset_peak();
+    model->loss(tokens, targets).backward();
+    EXPECT_EQ(tracker.largest_allocation(), seq * kVocab / (split ? 2 : 1) * 4) << (split ? "TP 2" : "whole");
+  }
 }

@@ -88,6 +88,10 @@ TEST(ConfigSeeds, PatternCTakesTensorParallelRejectsPipelineParallelAndWarnsOfPa
   ASSERT_FALSE(c.warnings().empty());
   EXPECT_EQ(c.warnings().back().rfind("activation_checkpointing.partition_activations: no effect", 0), 0u)
       << c.warnings().back();
+  // With tensor parallelism it splits the checkpointed activations: nothing to warn about.
+  const Config split = Config::parse(
+      R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2}, "activation_checkpointing": {"partition_activations": true}})");
+  for (const std::string& w : split.warnings()) EXPECT_EQ(w.find("partition_activations"), std::string::npos) << w;
 }
 
 TEST(ConfigFeatures, MoqAndEigenvalueEnabledAreRefusedByName) {
