@@ -111,6 +111,9 @@ struct ParamGroup {
 struct TensorParallelOptions {
   World* group = nullptr;  // null (or a group of one): no tensor parallelism
   std::function<int(const std::string& name)> split_dim;
+  // The group's collectives as the model's layers make them (ParallelGrid::layer_stats): the comms
+  // logger and the Prometheus endpoint count them as the tensor-parallel group's. Null: not counted.
+  CommStats* layer_stats = nullptr;
 };
 
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).

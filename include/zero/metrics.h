@@ -178,10 +178,12 @@ class TrainingMetrics {
   Counter& swap_bytes_written_total;  // deepspeed:swap_bytes_total{direction="written"}
 
   Gauge& memory_bytes(MemoryCategory category) { return *memory_[static_cast<int>(category)]; }
-  // deepspeed:collective_bytes_total{op}: bytes this rank sent. all_reduce, reduce_scatter,
-  // all_gather, broadcast and all_to_all exist from the start; another op is registered on first
-  // use. Takes the registry's lock: keep the reference.
-  Counter& collective_bytes_total(const std::string& op);
+  // deepspeed:collective_bytes_total{op, group}: bytes this rank sent in the group's collectives
+  // ("data_parallel": the engine's, over the whole world without tensor parallelism;
+  // "tensor_parallel": the layers'). all_reduce, reduce_scatter, all_gather, broadcast and
+  // all_to_all of the data-parallel group exist from the start; another series is registered on
+  // first use. Takes the registry's lock: keep the reference.
+  Counter& collective_bytes_total(const std::string& op, const std::string& group = "data_parallel");
 };
 
 }  // namespace zero::metrics

@@ -42,6 +42,7 @@ class ParallelGrid {
   // all-reduces of Megatron's operators: their bytes per step are exact, docs/tensor_parallel.md).
   Communicator& layer_communicator() { return *layer_communicator_; }
   const CommStats& layer_stats() const { return *layer_stats_; }
+  CommStats& layer_stats() { return *layer_stats_; }
   // Hosts of tensor-parallel groups that span several ("" when none does), for the warning.
   const std::string& spanning_hosts() const { return spanning_hosts_; }
 

@@ -29,6 +29,12 @@ class World {
   int size() const;
   int local_rank() const;  // rank among the processes on this node
   int local_size() const;
+  // This process's rank, and its rank among the processes on its node, in the world every split()
+  // began from (an unsplit world's own): what names a process to an operator — the metrics'
+  // rank label and port, the one process that prints — when the engine runs over a
+  // data-parallel group.
+  int process_rank() const;
+  int process_local_rank() const;
   int node() const;  // index of this node, 0..num_nodes()-1, in rank order
   int num_nodes() const;
   // The host each rank runs on, as the launch placed it (gethostname on that rank), and its node.

@@ -19,7 +19,8 @@ class LlamaTrainable : public models::TrainableModel {
         config_json_(hf.config_json),
         source_dir_(hf.dir),
         options_(options),
-        tensor_parallel_(grid ? &grid->tensor_parallel() : nullptr) {}
+        tensor_parallel_(grid ? &grid->tensor_parallel() : nullptr),
+        layer_stats_(grid ? &grid->layer_stats() : nullptr) {}
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
   at::Tensor loss_sum(const at::Tensor& x, const at::Tensor& y) override { return model_.loss_sum(x, y); }
@@ -46,7 +47,9 @@ class LlamaTrainable : public models::TrainableModel {
     return {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
   }
   TensorParallelOptions tensor_parallel() const override {
-    return {.group = tensor_parallel_, .split_dim = [](const std::string& name) { return split_dim(split_of(name)); }};
+    return {.group = tensor_parallel_,
+            .split_dim = [](const std::string& name) { return split_dim(split_of(name)); },
+            .layer_stats = layer_stats_};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_, {path, source_dir_, options_.max_shard_bytes}, world);
@@ -58,6 +61,7 @@ class LlamaTrainable : public models::TrainableModel {
   std::string source_dir_;
   LlamaExportOptions options_;
   World* tensor_parallel_;
+  CommStats* layer_stats_;
 
   static TensorParallelPlace place_in(ParallelGrid* grid, bool sequence_parallel) {
     if (!grid) return {};

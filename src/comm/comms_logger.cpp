@@ -38,9 +38,10 @@ std::string human_bytes(double bytes) {
   return fmt::format("{:.2f} {}", bytes / std::pow(1024.0, i), kUnits[i]);
 }
 
-CommsLogger::CommsLogger(const CommsLoggerConfig& config, int world_size, std::string scope, std::FILE* verbose_out)
+CommsLogger::CommsLogger(const CommsLoggerConfig& config, int world_size, std::string scope, std::FILE* verbose_out,
+                         std::string group)
     : verbose_(config.verbose), debug_(config.debug), world_size_(world_size), scope_(std::move(scope)),
-      verbose_out_(verbose_out) {
+      group_(std::move(group)), verbose_out_(verbose_out) {
   for (size_t i = 0; i < std::size(kOps); ++i) {
     profiled_[i] = config.prof_all;
     for (const auto& name : config.prof_ops) profiled_[i] = profiled_[i] || names_op(name, kOps[i]);
@@ -64,7 +65,8 @@ void CommsLogger::record(const CollectiveRecord& r, const char* phase) {
   }
   if (verbose_ && verbose_out_) {
     fmt::print(verbose_out_, "comm op: {}{} | {} | time (ms): {:.2f} | msg size: {} | algbw (Gbps): {:.2f} | busbw (Gbps): {:.2f}\n",
-               to_string(r.op), key_phase.empty() ? "" : " | " + key_phase, scope_, r.seconds * 1e3,
+               to_string(r.op), key_phase.empty() ? "" : " | " + key_phase, group_.empty() ? scope_ : group_ + " " + scope_,
+               r.seconds * 1e3,
                human_bytes(static_cast<double>(r.message_bytes)), gbps(static_cast<double>(r.message_bytes), r.seconds),
                gbps(r.bus_bytes, r.seconds));
   }
@@ -84,7 +86,8 @@ double CommsLogger::bus_bytes() const {
 }
 
 std::string CommsLogger::summary(int64_t steps) const {
-  std::string out = fmt::format("Comm. Op{:<14}{:<12}Message Size{:<4}{:>8}{:>18}{:>18}{:>16}{:>14}{:>14}\n", "", "Scope",
+  std::string out = group_.empty() ? std::string() : fmt::format("{} group:\n", group_);
+  out += fmt::format("Comm. Op{:<14}{:<12}Message Size{:<4}{:>8}{:>18}{:>18}{:>16}{:>14}{:>14}\n", "", "Scope",
                                 "", "Count", "Sent/rank", "Total Lat.(ms)", "Avg Lat.(ms)", "algbw(Gbps)", "busbw(Gbps)");
   CollectiveOp previous = CollectiveOp::kBarrier;
   bool first = true;
@@ -101,8 +104,8 @@ std::string CommsLogger::summary(int64_t steps) const {
                        gbps(message, row.seconds), gbps(row.bus_bytes, row.seconds));
   }
   const double sent = bus_bytes();
-  out += fmt::format("sent by this rank in these collectives: {:.0f} bytes ({}) over {} ranks", sent, human_bytes(sent),
-                     world_size_);
+  out += fmt::format("sent by this rank in these collectives: {:.0f} bytes ({}) over {} ranks{}", sent, human_bytes(sent),
+                     world_size_, group_.empty() ? "" : " of its " + group_ + " group");
   if (steps > 0) out += fmt::format(", {:.0f} bytes per step over {} steps", sent / static_cast<double>(steps), steps);
   return out + "\n";
 }

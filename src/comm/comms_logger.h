@@ -33,7 +33,9 @@ struct CommsRow {
 
 class CommsLogger {
  public:
-  CommsLogger(const CommsLoggerConfig& config, int world_size, std::string scope, std::FILE* verbose_out);
+  // `group`: the communicator's name in the lines and the summary ("tensor-parallel"; "": none).
+  CommsLogger(const CommsLoggerConfig& config, int world_size, std::string scope, std::FILE* verbose_out,
+              std::string group = "");
 
   // Whether `op` is profiled: prof_all, or named in prof_ops (DeepSpeed's names are accepted too:
   // all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, all_reduce_coalesced).
@@ -51,7 +53,7 @@ class CommsLogger {
   bool profiled_[6] = {};
   bool verbose_, debug_;
   int world_size_;
-  std::string scope_;
+  std::string scope_, group_;
   std::FILE* verbose_out_;
   mutable std::mutex mutex_;
   std::map<std::tuple<CollectiveOp, std::string, int64_t>, CommsRow> rows_;

@@ -59,6 +59,7 @@ bool launched_by_mpi() {
 
 struct World::State {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node = 0, num_nodes = 1;
+  int process_rank = -1, process_local_rank = -1;  // -1: this world is not a split one (rank, local_rank)
   std::vector<std::string> hosts;  // by rank
   std::vector<int> node_of;        // by rank
   bool distributed = false;
@@ -166,6 +167,8 @@ World World::split(int color) {
   if (!state_->distributed) {
     World one = single_process();
     one.state_->hosts = state_->hosts;
+    one.state_->process_rank = process_rank();
+    one.state_->process_local_rank = process_local_rank();
     return one;
   }
   std::vector<int> colors(static_cast<size_t>(state_->size));
@@ -183,6 +186,8 @@ World World::split(int color) {
     keys.push_back(std::to_string(state_->node_of[static_cast<size_t>(r)]));
   }
   state->size = static_cast<int>(keys.size());
+  state->process_rank = process_rank();
+  state->process_local_rank = process_local_rank();
   state->place_on_nodes(keys);
   state->connect(comm, state_->options);
   return World(std::move(state));
@@ -192,6 +197,10 @@ int World::rank() const { return state_->rank; }
 int World::size() const { return state_->size; }
 int World::local_rank() const { return state_->local_rank; }
 int World::local_size() const { return state_->local_size; }
+int World::process_rank() const { return state_->process_rank >= 0 ? state_->process_rank : state_->rank; }
+int World::process_local_rank() const {
+  return state_->process_local_rank >= 0 ? state_->process_local_rank : state_->local_rank;
+}
 int World::node() const { return state_->node; }
 int World::num_nodes() const { return state_->num_nodes; }
 const std::string& World::host(int rank) const { return state_->hosts.at(static_cast<size_t>(rank)); }

@@ -327,7 +327,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance},
         param_swap_options(config, world.rank()), stage3_zeropp(config, s.comm, world));
   }
-  s.telemetry = std::make_unique<engine::Telemetry>(s.config, world, *s.stats);  // the engine's own copy: it outlives the caller's
+  s.telemetry = std::make_unique<engine::Telemetry>(s.config, world, *s.stats, tensor_parallel);  // the engine's own copy: it outlives the caller's
   comm_detail::WatchdogOptions watch =
       comm_detail::watchdog_options(config.watchdog.timeout_seconds, config.watchdog.warning_seconds);
   watch.on_wait = [telemetry = s.telemetry.get()](double seconds) { telemetry->on_wait(seconds); };

@@ -14,17 +14,22 @@ namespace {
 
 class MetricsSink : public StepSink {
  public:
-  MetricsSink(const Config& config, World& world)
-      : metrics_(registry_, world.rank(), config.prometheus.job_name),
-        labels_{{"rank", std::to_string(world.rank())}, {"job_name", config.prometheus.job_name}},
+  MetricsSink(const Config& config, World& world, bool tensor_parallel)
+      : metrics_(registry_, world.process_rank(), config.prometheus.job_name),
+        labels_{{"rank", std::to_string(world.process_rank())}, {"job_name", config.prometheus.job_name}},
         flops_(registry_.gauge("deepspeed:model_flops_per_second", "model FLOP/s of this rank in the last step", labels_)),
         server_(registry_, config.prometheus.host,
-                config.prometheus.port == 0 ? 0 : config.prometheus.port + world.local_rank()) {
+                config.prometheus.port == 0 ? 0 : config.prometheus.port + world.process_local_rank()) {
     for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter, CollectiveOp::kAllGather,
                             CollectiveOp::kBroadcast, CollectiveOp::kAllToAll}) {
       sent_[static_cast<size_t>(op)] = &metrics_.collective_bytes_total(to_string(op));
     }
-    std::fprintf(stderr, "zerocpp: rank %d serves Prometheus metrics at http://%s:%d/metrics\n", world.rank(),
+    if (tensor_parallel) {  // the layers' collectives: all-reduces, and with sequence parallelism the others
+      for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
+        layer_sent_[static_cast<size_t>(op)] = &metrics_.collective_bytes_total(to_string(op), "tensor_parallel");
+      }
+    }
+    std::fprintf(stderr, "zerocpp: rank %d serves Prometheus metrics at http://%s:%d/metrics\n", world.process_rank(),
                  server_.host().c_str(), server_.port());
   }
 
@@ -43,6 +48,7 @@ class MetricsSink : public StepSink {
     advance(metrics_.swap_bytes_written_total, written_, static_cast<double>(r.swap.bytes_written));
     for (size_t op = 0; op < sent_.size(); ++op) {
       if (sent_[op]) advance(*sent_[op], sent_before_[op], r.bus_bytes[op]);
+      if (layer_sent_[op]) advance(*layer_sent_[op], layer_sent_before_[op], r.tensor_parallel_bus_bytes[op]);
     }
     using metrics::MemoryCategory;
     const MemoryReport& m = r.memory;
@@ -79,14 +85,16 @@ class MetricsSink : public StepSink {
   metrics::Gauge& flops_;
   std::array<metrics::Counter*, 6> sent_{};
   std::array<double, 6> sent_before_{};
+  std::array<metrics::Counter*, 6> layer_sent_{};  // the tensor-parallel group's, when there is one
+  std::array<double, 6> layer_sent_before_{};
   double skipped_ = 0, read_ = 0, written_ = 0;
   metrics::MetricsServer server_;  // last: it stops serving before the registry goes
 };
 
 }  // namespace
 
-std::unique_ptr<StepSink> make_metrics_sink(const Config& config, World& world) {
-  return std::make_unique<MetricsSink>(config, world);
+std::unique_ptr<StepSink> make_metrics_sink(const Config& config, World& world, bool tensor_parallel) {
+  return std::make_unique<MetricsSink>(config, world, tensor_parallel);
 }
 
 }  // namespace zero::engine

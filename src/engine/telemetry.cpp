@@ -74,12 +74,24 @@ double measured_peak_flops() {
 
 }  // namespace
 
-Telemetry::Telemetry(const Config& config, World& world, CommStats& stats)
-    : config_(config), world_(world), stats_(stats), sinks_(make_sinks(config, world)) {
+Telemetry::Telemetry(const Config& config, World& world, CommStats& stats, const TensorParallelOptions& layers)
+    : config_(config),
+      world_(world),
+      stats_(stats),
+      sinks_(make_sinks(config, world, layers.group && layers.group->size() > 1 && layers.layer_stats)) {
+  const bool split = layers.group && layers.group->size() > 1 && layers.layer_stats;
   if (config.comms_logger.enabled) {
-    comms_ = std::make_unique<CommsLogger>(config.comms_logger, world.size(),
-                                           world.num_nodes() > 1 ? "inter-node" : "intra-node",
-                                           world.rank() == 0 ? stdout : nullptr);
+    auto scope = [](const World& w) { return w.num_nodes() > 1 ? "inter-node" : "intra-node"; };
+    comms_ = std::make_unique<CommsLogger>(config.comms_logger, world.size(), scope(world),
+                                           world.process_rank() == 0 ? stdout : nullptr, split ? "data-parallel" : "");
+    if (split) {
+      layer_comms_ = std::make_unique<CommsLogger>(config.comms_logger, layers.group->size(), scope(*layers.group),
+                                                   world.process_rank() == 0 ? stdout : nullptr, "tensor-parallel");
+    }
+  }
+  if (split) {
+    layer_stats_ = layers.layer_stats;
+    if (layer_comms_) layer_stats_->set_listener([this](const CollectiveRecord& r) { layer_comms_->record(r, phase_name_); });
   }
   wants_loss_ = !sinks_.empty();
   if (comms_ || !sinks_.empty()) {
@@ -104,8 +116,9 @@ Telemetry::Telemetry(const Config& config, World& world, CommStats& stats)
 
 Telemetry::~Telemetry() {
   stats_.set_listener(nullptr);
-  if (comms_ && world_.rank() == 0) {
-    fmt::print("{}", comms_->summary(steps_seen_));
+  if (layer_stats_) layer_stats_->set_listener(nullptr);
+  if (comms_ && world_.process_rank() == 0) {
+    fmt::print("{}", comms_summary());
     std::fflush(stdout);
   }
 }
@@ -180,6 +193,10 @@ void Telemetry::end_step(StepRecord record, bool print) {
     record.rss = resident_bytes();
   }
   for (int i = 0; i < 6; ++i) record.bus_bytes[static_cast<size_t>(i)] = stats_.total(kOps[i]).bus_bytes;
+  if (layer_stats_) {
+    for (int i = 0; i < 6; ++i)
+      record.tensor_parallel_bus_bytes[static_cast<size_t>(i)] = layer_stats_->total(kOps[i]).bus_bytes;
+  }
   for (auto& sink : sinks_) sink->on_step(record);
   window_.push_back(last_);
   if (print && config_.wall_clock_breakdown) print_breakdown(record.step);
@@ -197,7 +214,7 @@ void Telemetry::print_breakdown(int64_t step) {
   const int n = world_.size();
   at::Tensor all = at::empty({n * kFieldCount}, at::kDouble);
   world_.communicator().all_gather(at::tensor(mine, at::kDouble), all, {.async = false});
-  if (world_.rank() != 0) return;
+  if (world_.process_rank() != 0) return;  // (under tensor parallelism, once: not per data-parallel group)
   const double* v = all.data_ptr<double>();
   std::string line = fmt::format("[Rank 0] step {}: time (ms) per step over the last {} steps, mean/min/max over {} rank{}",
                                  step, window_.size(), n, n == 1 ? "" : "s");
@@ -217,7 +234,7 @@ void Telemetry::print_breakdown(int64_t step) {
 }
 
 void Telemetry::memory_line(const char* after, int64_t step, const MemoryReport& r) {
-  if (world_.rank() != 0) return;
+  if (world_.process_rank() != 0) return;  // (under tensor parallelism, once: not per data-parallel group)
   MemoryTracker& tracker = MemoryTracker::install();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -235,7 +252,7 @@ void Telemetry::memory_line(const char* after, int64_t step, const MemoryReport&
 }
 
 void Telemetry::profile_flops(const StepRecord& record) {
-  if (world_.rank() != 0) return;
+  if (world_.process_rank() != 0) return;  // (under tensor parallelism, once: not per data-parallel group)
   const double wall = record.breakdown.wall;
   std::string text;
   if (cost_.flops_per_sample <= 0 || wall <= 0) {
@@ -261,7 +278,10 @@ void Telemetry::profile_flops(const StepRecord& record) {
   }
 }
 
-std::string Telemetry::comms_summary() const { return comms_ ? comms_->summary(steps_seen_) : std::string(); }
+std::string Telemetry::comms_summary() const {
+  if (!comms_) return "";
+  return comms_->summary(steps_seen_) + (layer_comms_ ? layer_comms_->summary(steps_seen_) : std::string());
+}
 
 void Telemetry::on_wait(double seconds) {
   for (auto& sink : sinks_) sink->on_wait(seconds);

@@ -38,6 +38,7 @@ struct StepRecord {
   int64_t allocator_live = 0, allocator_peak = 0, rss = 0;  // bytes
   SwapTraffic swap;
   std::array<double, 6> bus_bytes{};  // sent per collective op since the start (CollectiveOp order)
+  std::array<double, 6> tensor_parallel_bus_bytes{};  // the same in the layers' tensor-parallel collectives
 };
 
 class StepSink {
@@ -52,7 +53,9 @@ class StepSink {
 
 class Telemetry {
  public:
-  Telemetry(const Config& config, World& world, CommStats& stats);
+  // `layers`: the tensor-parallel group's collectives made by the model's layers (null: none), for
+  // the comms logger and the sinks beside the engine's own (`stats`, over `world`).
+  Telemetry(const Config& config, World& world, CommStats& stats, const TensorParallelOptions& layers = {});
   ~Telemetry();  // rank 0 prints the comms summary
 
   // Times a phase while it lives (and names it for the comms logger's debug rows).
@@ -94,6 +97,8 @@ class Telemetry {
   World& world_;
   CommStats& stats_;
   std::unique_ptr<CommsLogger> comms_;
+  CommStats* layer_stats_ = nullptr;
+  std::unique_ptr<CommsLogger> layer_comms_;
   std::vector<std::unique_ptr<StepSink>> sinks_;
   std::array<double, kPhases> phase_seconds_{};
   const char* phase_name_ = "other";
@@ -111,7 +116,8 @@ class Telemetry {
   double peak_flops_ = 0;  // per rank, for MFU
 };
 
-// The sinks the config asks for (telemetry_sinks.cpp): monitors on rank 0, the metrics endpoint.
-std::vector<std::unique_ptr<StepSink>> make_sinks(const Config& config, World& world);
+// The sinks the config asks for (telemetry_sinks.cpp): monitors on rank 0, the metrics endpoint
+// (with the tensor-parallel group's series when `tensor_parallel`).
+std::vector<std::unique_ptr<StepSink>> make_sinks(const Config& config, World& world, bool tensor_parallel);
 
 }  // namespace zero::engine

@@ -11,7 +11,7 @@ Labels with(Labels labels, std::string name, std::string value) {
 }
 
 constexpr const char* kMemoryHelp = "Bytes held per category on this rank (parameters, gradients, ...).";
-constexpr const char* kCollectiveBytesHelp = "Bytes this rank sent in collectives, by operation.";
+constexpr const char* kCollectiveBytesHelp = "Bytes this rank sent in collectives, by operation and group.";
 constexpr const char* kSwapHelp = "Bytes moved between memory and NVMe swap files, by direction.";
 constexpr const char* kKnownOps[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"};
 
@@ -64,8 +64,9 @@ TrainingMetrics::TrainingMetrics(Registry& registry, int rank, const std::string
   for (const char* op : kKnownOps) collective_bytes_total(op);
 }
 
-Counter& TrainingMetrics::collective_bytes_total(const std::string& op) {
-  return registry_.counter("deepspeed:collective_bytes_total", kCollectiveBytesHelp, with(labels_, "op", op));
+Counter& TrainingMetrics::collective_bytes_total(const std::string& op, const std::string& group) {
+  return registry_.counter("deepspeed:collective_bytes_total", kCollectiveBytesHelp,
+                           with(with(labels_, "op", op), "group", group));
 }
 
 }  // namespace zero::metrics

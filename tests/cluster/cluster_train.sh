@@ -7,7 +7,8 @@
 #   - the bytes zero-train says each rank sent across nodes per step equal the formula for the
 #     stage (and for ZeRO++'s qwZ, hpZ, qgZ and all three at stage 3), exactly, and, summed over a host's ranks, the bytes the kernel counted on that host's
 #     link per step within 5 % (TCP/IP headers aside: 66 bytes a packet);
-#   - hpZ, qwZ and qgZ together train to the golden trajectory's bits (tests/golden).
+#   - hpZ, qwZ and qgZ together train to the golden trajectory's bits (tests/golden);
+#   - tensor parallelism within the hosts and ZeRO-1 across: only the data-parallel bytes cross.
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
 source "$(dirname "$0")/common.sh"
 
@@ -122,6 +123,36 @@ DS_ENV_FILE=$tmp/golden.env timeout 600 "$cluster" exec zc-node1 "$bin/zero-run"
 golden=$(awk -F'\t' '$1 == "s3_zeropp_two_nodes" && $2 == "np4" { print $3 }' "$src/tests/golden/trajectories.tsv")
 got=$( (sha256sum <"$tmp/golden.bin" 2>/dev/null || echo none) | cut -c1-32)
 check "[[ $got == $golden ]]" "ZeRO++ all on 2 hosts x 2 ranks: the golden trajectory's weights, bit for bit ($got)"
+
+# Tensor parallelism within the hosts, ZeRO-1 across them (issue 39): llama_mha (the Llama
+# fixture's case, tests/reference/make_llama_cases.sh) as TP 2 x DP 2. The tensor-parallel
+# groups are the hosts' pairs of consecutive ranks, so only the data-parallel collectives cross:
+# each rank's slice is 87 552 / 2 split parameters + 320 norms whole = 44 096, reduce-scattered
+# and all-gathered between the hosts ((H-1)/N = 1/2 of 4 bytes each), and the loss and the
+# gradient norm's 16 bytes: 4 x 44 096 + 32 bytes per rank per step, nothing of the layers'.
+cases=${ZERO_LLAMA_CASES:-}
+if [[ -f $cases/llama_mha/model/config.json ]]; then
+  cat >"$tmp/tp.json" <<JSON
+{"train_batch_size": 12, "zero_allow_untested_optimizer": true, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 1, "reduce_bucket_size": 20000},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "tensor_parallel": {"autotp_size": 2}}
+JSON
+  tp=(--model "$cases/llama_mha/model" --train-data "$cases/tokens.bin" --seq-len 16 --config "$tmp/tp.json" --no-progress)
+  timeout 600 "$bin/zero-run" -n 4 "$bin/zero-train" "${tp[@]}" --steps 8 >"$tmp/tp_one_host" 2>&1 ||
+    { echo "one-host run failed"; cat "$tmp/tp_one_host"; fail=1; }
+  for steps in 4 8; do
+    "$cluster" bytes >"$tmp/tp_$steps.before"
+    timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$tmp/hosts2x2" "$bin/zero-train" "${tp[@]}" \
+      --steps $steps >"$tmp/tp_$steps" 2>&1 || { echo "run failed: tp_$steps"; cat "$tmp/tp_$steps"; fail=1; }
+    "$cluster" bytes >"$tmp/tp_$steps.after"
+  done
+  check "same_losses $tmp/tp_one_host $tmp/tp_8" "TP 2 x DP 2: 2 hosts x 2 ranks follow 4 ranks on one host"
+  check "grep -q 'tensor-parallel 2 x data-parallel 2' $tmp/tp_8" "TP 2 x DP 2: the grid zero-train says"
+  check_sent "TP 2 x DP 2" "$tmp/tp_8" $((4 * 44096 + 32))
+  check_kernel "TP 2 x DP 2" "$tmp/tp_4" "$tmp/tp_8" $((4 * 44096 + 32))
+else
+  echo "FAILED: ZERO_LLAMA_CASES has no llama_mha (CTest's llama_cases fixture writes it)"; fail=1
+fi
 "$cluster" down
 
 # Three hosts of one rank -----------------------------------------------------------------------

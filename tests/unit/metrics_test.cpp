@@ -166,9 +166,9 @@ TEST(TrainingMetrics, RegistersTheExportedNames) {
   for (const std::string& sample : {
            "deepspeed:loss" + labels + "} 2.25", "deepspeed:memory_bytes" + labels + ",category=\"optimizer_state\"} 1024",
            "deepspeed:memory_bytes" + labels + ",category=\"rss\"} 0",
-           "deepspeed:collective_bytes_total" + labels + ",op=\"all_gather\"} 4096",
-           "deepspeed:collective_bytes_total" + labels + ",op=\"reduce_scatter\"} 0",
-           "deepspeed:collective_bytes_total" + labels + ",op=\"send\"} 8",
+           "deepspeed:collective_bytes_total" + labels + ",op=\"all_gather\",group=\"data_parallel\"} 4096",
+           "deepspeed:collective_bytes_total" + labels + ",op=\"reduce_scatter\",group=\"data_parallel\"} 0",
+           "deepspeed:collective_bytes_total" + labels + ",op=\"send\",group=\"data_parallel\"} 8",
            "deepspeed:swap_bytes_total" + labels + ",direction=\"written\"} 512",
            "deepspeed:swap_bytes_total" + labels + ",direction=\"read\"} 0",
            "deepspeed:allgather_seconds_bucket" + labels + ",le=\"0.0001\"} 0",
