@@ -11,16 +11,8 @@ cd "$(dirname "$0")/.."
 steps=${1:-5} seq=${2:-256}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tensor_parallel.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+bench/tensor_parallel_model.sh "$work"
 config=tests/models/hf_configs/Qwen__Qwen2.5-0.5B.config.json
-/usr/bin/python3 tests/reference/hf_llama.py make "$work/model" --config "$config" --seed 1 --dtype BF16 > /dev/null
-vocab=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$config")
-/usr/bin/python3 - "$work/tokens.bin" "$vocab" <<'PY'
-import random, struct, sys
-rng = random.Random(1)
-ids = [rng.randrange(min(int(sys.argv[2]), 65535)) for _ in range(40000)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack(f"<{len(ids)}H", *ids))
-PY
 echo "model: $(basename "$config") shape, bf16, AdamW; 2 ranks, 1 row x $seq tokens per data-parallel rank"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w 'avx2\|fma\|avx512f\|avx512_bf16\|amx_bf16' | tr '\n' ' ')"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1

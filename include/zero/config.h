@@ -233,6 +233,25 @@ struct TensorParallelConfig {
   bool sequence_parallel = false;
 };
 
+// Pipeline parallelism (docs/pipeline_parallel.md): the seed's "pipeline_parallel": {"pp_size": N},
+// or DeepSpeed's "pipeline" block (PipelineModule's arguments: "stages", "partition",
+// "activation_checkpoint_interval", "pipe_partitioned", "grad_partitioned"). The world is then a
+// grid of pipeline stages × data-parallel × tensor-parallel ranks (tensor-parallel innermost,
+// pipeline outermost, as Megatron orders them), and a step's micro-batches are its
+// gradient_accumulation_steps, run through the stages by the 1F1B schedule.
+struct PipelineConfig {
+  int stages = 1;  // 1: off
+  // How the decoder layers are cut into stages: "parameters" (balance the parameter counts, the
+  // embedding and the head included), "uniform" (balance the decoder layers) or "type:REGEX"
+  // (balance the layers whose type the regular expression matches).
+  std::string partition_method = "parameters";
+  int64_t activation_checkpoint_interval = 0;  // 0: none
+  // With tensor parallelism: each member sends 1/TP of an activation (of a gradient) to the next
+  // (previous) stage, which all-gathers it over its group (DeepSpeed's defaults: both on).
+  bool pipe_partitioned = true, grad_partitioned = true;
+  std::string key = "pipeline_parallel.pp_size";  // the key the file gave the size under, for errors
+};
+
 // What "auto" resolves from: the world, the model and the trainer's flags (HuggingFace's names).
 // A flag left empty leaves its "auto" keys unresolved, which resolve() reports as an error.
 struct AutoContext {
@@ -310,6 +329,7 @@ class Config {
   bool bf16 = false;
   ZeroConfig zero;
   TensorParallelConfig tensor_parallel;
+  PipelineConfig pipeline;
   AioConfig aio;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

@@ -114,6 +114,10 @@ struct TensorParallelOptions {
   // The group's collectives as the model's layers make them (ParallelGrid::layer_stats): the comms
   // logger and the Prometheus endpoint count them as the tensor-parallel group's. Null: not counted.
   CommStats* layer_stats = nullptr;
+  // Pipeline parallelism (zero/pipeline.h): the ranks of the other stages at this rank's data- and
+  // tensor-parallel place (ParallelGrid::pipeline). Each stage holds other parameters, so the
+  // gradient norm's squares and the fp16 overflow flag are summed over them too. Null: one stage.
+  World* pipeline = nullptr;
 };
 
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).
@@ -141,6 +145,10 @@ class Engine {
   // Backward of loss × loss_scale / gradient_accumulation_steps, then this micro-step's gradient
   // reductions (stage 2 always, stages 0/1 on the boundary).
   void backward(const at::Tensor& loss);
+  // A pipeline stage's backward (zero/pipeline.h): from `outputs` with the gradients the next stage
+  // sent back for them (already scaled as the last stage's loss is: by the loss scale and
+  // 1/gradient_accumulation_steps), with the reductions backward(loss) makes.
+  void backward(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& output_grads);
   // On the accumulation boundary: overflow check (fp16), unscale + clip, optimizer, LR schedule,
   // parameter all-gather. Before it: counts the micro-step and returns.
   void step();
@@ -251,6 +259,8 @@ class Engine {
 
  private:
   void apply_step();  // step()'s work on the boundary: overflow check, clip, optimizer, all-gather
+  // Both backward()s: `autograd_backward` between the buckets' begin and end of a backward.
+  void run_backward(const std::function<void()>& autograd_backward);
   // save_checkpoint's work for this engine's data-parallel group, into ROOT/TAG; `slices` is the
   // tensor-parallel block of the manifest (JSON text; empty without tensor parallelism).
   void save_partitions(const std::string& root, const std::string& tag, const std::string& client_state,

@@ -28,16 +28,34 @@ namespace zero {
 
 class Communicator;
 
+class PipelineLink;
+
 // The world as a grid: tensor-parallel groups of `tensor_parallel` consecutive ranks (on one host
 // when each host runs a multiple of that many ranks: their all-reduces come once per layer), and
-// data-parallel groups of the ranks with the same place in their tensor-parallel group.
+// data-parallel groups of the ranks with the same place in their tensor-parallel group. With
+// pipeline stages, Megatron's order: rank = (stage × data-parallel + data-parallel rank) ×
+// tensor-parallel + tensor-parallel rank — each stage a block of consecutive ranks.
 class ParallelGrid {
  public:
-  // Collective over `world`. Throws naming both numbers when `tensor_parallel` does not divide
-  // the world size; warns (on stderr, from rank 0) naming the hosts when a group spans several.
-  ParallelGrid(World& world, int tensor_parallel);
+  // Collective over `world`. Throws naming the numbers when the sizes do not divide the world
+  // size; warns (on stderr, from rank 0) naming the hosts when a tensor-parallel group spans several.
+  ParallelGrid(World& world, int tensor_parallel, int pipeline_stages = 1);
+  ~ParallelGrid();
   World& tensor_parallel() { return tensor_parallel_; }
   World& data_parallel() { return data_parallel_; }
+  // One rank per stage, at this rank's data- and tensor-parallel place; its rank is the stage.
+  World& pipeline() { return pipeline_; }
+  int stage() const { return pipeline_.rank(); }
+  int stages() const { return pipeline_.size(); }
+  // Point to point with the neighbouring stages at this rank's place (null where there is none):
+  // activations forward, their gradients backward.
+  PipelineLink* activations_in() { return activations_in_.get(); }
+  PipelineLink* activations_out() { return activations_out_.get(); }
+  PipelineLink* gradients_in() { return gradients_in_.get(); }
+  PipelineLink* gradients_out() { return gradients_out_.get(); }
+  // The first and the last stage at this rank's place (Megatron's embedding group, for tied
+  // embeddings); null on the stages between, and with one stage.
+  World* first_and_last() { return first_and_last_.get(); }
   // The tensor-parallel group's collectives as the model's layers make them, counted (the
   // all-reduces of Megatron's operators: their bytes per step are exact, docs/tensor_parallel.md).
   Communicator& layer_communicator() { return *layer_communicator_; }
@@ -47,7 +65,10 @@ class ParallelGrid {
   const std::string& spanning_hosts() const { return spanning_hosts_; }
 
  private:
-  World tensor_parallel_, data_parallel_;
+  void connect_stages(World& world);
+  World tensor_parallel_, data_parallel_, pipeline_;
+  std::unique_ptr<PipelineLink> activations_in_, activations_out_, gradients_in_, gradients_out_;
+  std::unique_ptr<World> first_and_last_;
   std::shared_ptr<CommStats> layer_stats_ = std::make_shared<CommStats>();
   std::unique_ptr<CountingCommunicator> layer_communicator_;
   std::string spanning_hosts_;
@@ -86,6 +107,13 @@ at::Tensor vocab_parallel_embedding(const at::Tensor& tokens, const at::Tensor& 
 // target's logit are reduced over the group as [N] vectors. In fp32; targets equal to
 // `ignore_index` add nothing. `mean`: divided by the number of targets that count (torch's
 // cross_entropy), else their sum.
+// `whole` (the same on every member) as this member's piece of it: the flattened tensor cut into
+// n pieces of ceil(numel / n) elements, the last padded with zeros (partition_activations, the
+// pipeline's pipe_partitioned) ...
+at::Tensor piece_of(const at::Tensor& whole, Communicator& group);
+// ... and the whole of `shape` back from every member's piece, all-gathered over the group.
+at::Tensor whole_from_pieces(const at::Tensor& piece, at::IntArrayRef shape, Communicator& group);
+
 at::Tensor vocab_parallel_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab_start,
                                         Communicator& group, bool mean, int64_t ignore_index = -100);
 

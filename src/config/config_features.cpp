@@ -62,12 +62,6 @@ void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
   if (root.raw("sparse_attention")) {
     diag.problem("sparse_attention", "sparse attention is not supported by zerocpp (its models attend densely)");
   }
-  // Not a DeepSpeed key, but what a Megatron-style file asking for pipeline stages says.
-  ObjectReader pp = root.child("pipeline_parallel", UnknownKeys::kIgnore);
-  if (pp.get_int("pp_size", 1, 1) > 1) {
-    diag.problem("pipeline_parallel.pp_size", "pipeline parallelism is not supported by zerocpp");
-  }
-  pp.finish();
   // DeepSpeed 0.15's device mesh: sequence parallelism over more than one rank changes training.
   if (root.get_int("sequence_parallel_size", 1, 1) > 1) {
     diag.problem("sequence_parallel_size", "sequence parallelism is not supported by zerocpp");
@@ -95,9 +89,6 @@ void read_unsupported_features(ObjectReader& root, Diagnostics& diag) {
   }
   if (root.raw("compile")) {
     diag.warnings.push_back("compile: LibTorch has no torch.compile (and DeepSpeed 0.14.4+ ignores the key); ignored");
-  }
-  if (root.raw("pipeline")) {
-    diag.warnings.push_back("pipeline: used only by DeepSpeed's PipelineModule; zerocpp trains the model data-parallel");
   }
   if (root.get_bool("sparse_gradients", false)) {
     diag.warnings.push_back("sparse_gradients: no effect; zerocpp's embeddings produce dense gradients (same sums)");

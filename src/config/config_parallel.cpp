@@ -1,4 +1,6 @@
 // The parallel layouts beside ZeRO: DeepSpeed's AutoTP training block ("tensor_parallel").
+#include <cctype>
+
 #include "config/config_sections.h"
 
 namespace zero::config_detail {
@@ -79,6 +81,48 @@ void read_tensor_parallel(ObjectReader& root, TensorParallelConfig& out, Diagnos
   }
   if (!out.use_default_specs && out.layer_specs.empty() && out.size > 1) {
     diag.problem(partition.path_of("layer_specs"), "use_default_specs is false and no layer_specs are given");
+  }
+}
+
+void read_pipeline(ObjectReader& root, PipelineConfig& out, Diagnostics& diag) {
+  struct Given {
+    std::string path;
+    int size;
+  };
+  std::vector<Given> given;
+  // The seed's (Megatron-style) key.
+  ObjectReader pp = root.child("pipeline_parallel", UnknownKeys::kIgnore);
+  if (pp.has("pp_size")) given.push_back({pp.path_of("pp_size"), static_cast<int>(pp.get_int("pp_size", 1, 1, 1 << 20))});
+  pp.finish();
+  // DeepSpeed's "pipeline" block: what PipelineModule and the pipeline engine read.
+  ObjectReader block = root.child("pipeline", UnknownKeys::kRefuse);
+  if (const nlohmann::json* stages = block.raw("stages"); stages && !(stages->is_string() && *stages == "auto")) {
+    given.push_back({block.path_of("stages"), static_cast<int>(block.get_int("stages", 1, 1, 1 << 20))});
+  } else {
+    block.accept({"stages"});
+  }
+  std::string method = block.has("partition_method") ? block.get_string("partition_method", "parameters")
+                                                     : block.get_string("partition", "parameters");
+  block.accept({"partition", "partition_method"});
+  std::string lowered = method;
+  for (char& ch : lowered) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lowered == "best") lowered = "parameters";  // DeepSpeed's config default, PipelineModule's "parameters"
+  if (lowered != "parameters" && lowered != "uniform" && lowered.rfind("type:", 0) != 0) {
+    diag.problem(block.path_of("partition"), "\"" + method + "\": zerocpp cuts stages by \"parameters\", \"uniform\" or \"type:REGEX\"");
+  }
+  out.partition_method = lowered.rfind("type:", 0) == 0 ? "type:" + method.substr(5) : lowered;
+  out.activation_checkpoint_interval = block.get_int("activation_checkpoint_interval", 0, 0);
+  out.pipe_partitioned = block.get_bool("pipe_partitioned", true);
+  out.grad_partitioned = block.get_bool("grad_partitioned", true);
+  block.accept({"seed_layers", "use_reentrant"});  // the layers' seeds (zerocpp's are the model's), checkpointing's flavour
+  block.finish();
+  for (const Given& g : given) {
+    if (out.stages > 1 && g.size > 1 && g.size != out.stages) {
+      diag.problem(g.path, std::to_string(g.size) + " differs from " + out.key + " = " + std::to_string(out.stages));
+    } else if (g.size > 1 && out.stages == 1) {
+      out.stages = g.size;
+      out.key = g.path;
+    }
   }
 }
 

@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 
+#include <fmt/core.h>
+
 #include "config/config_sections.h"
 #include "zero/error.h"
 
@@ -158,7 +160,8 @@ void Config::resolve(const AutoContext& ctx) {
   }
   const bool micro_auto =
       std::find(autos_.begin(), autos_.end(), "train_micro_batch_size_per_gpu") != autos_.end();
-  // Tensor parallelism: the batch is counted over data-parallel ranks, as DeepSpeed counts it.
+  // Tensor and pipeline parallelism: the batch is counted over data-parallel ranks, as DeepSpeed
+  // counts it.
   int data_parallel = ctx.world_size;
   if (tensor_parallel.size > 1) {
     if (ctx.world_size % tensor_parallel.size != 0) {
@@ -166,6 +169,23 @@ void Config::resolve(const AutoContext& ctx) {
                                             std::to_string(ctx.world_size));
     }
     data_parallel = std::max(1, ctx.world_size / tensor_parallel.size);
+  }
+  if (pipeline.stages > 1) {
+    if (data_parallel % pipeline.stages != 0) {
+      diag.problem(pipeline.key, fmt::format("{} stages do not divide the world size {}{}", pipeline.stages,
+                                             ctx.world_size,
+                                             tensor_parallel.size > 1
+                                                 ? fmt::format(" into {} tensor-parallel groups", data_parallel)
+                                                 : std::string()));
+    }
+    data_parallel = std::max(1, data_parallel / pipeline.stages);
+    // DeepSpeed's pipeline engine asserts the same: stage 2's reductions during backward and
+    // stage 3's gathers do not fit its schedule.
+    if (zero.stage >= 2) {
+      diag.problem("zero_optimization.stage", fmt::format("{} with pipeline parallelism ({} = {}): the pipeline "
+                                                          "trains with ZeRO stage 0 or 1, as DeepSpeed's does",
+                                                          zero.stage, pipeline.key, pipeline.stages));
+    }
   }
   resolve_triad(*this, tbs, micro, gas, data_parallel, micro_auto, diag);
   world_size = data_parallel;

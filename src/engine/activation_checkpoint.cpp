@@ -16,6 +16,7 @@
 
 #include "zero/communicator.h"
 #include "zero/error.h"
+#include "zero/tensor_parallel.h"
 
 namespace zero::checkpointing {
 namespace {
@@ -60,31 +61,11 @@ void set_cpu_random_state(const at::Tensor& state) {
   gen.set_state(state);
 }
 
-// An input kept as this member's piece of it (partition_activations): the flattened tensor cut
-// into `members` pieces of ceil(numel / members) elements, the last padded with zeros so that an
-// all-gather of equal pieces puts it back.
+// An input kept as this member's piece of it (partition_activations: piece_of), and its shape.
 struct Piece {
   at::Tensor mine;
   std::vector<int64_t> shape;
 };
-
-Piece cut(const at::Tensor& whole, Communicator& group) {
-  const at::Tensor flat = whole.reshape(-1);
-  const int64_t members = group.size(), numel = flat.numel();
-  const int64_t length = (numel + members - 1) / members;
-  const int64_t start = std::min(numel, length * group.rank()), have = std::min(length, numel - start);
-  Piece piece{at::zeros({length}, flat.options()), whole.sizes().vec()};
-  piece.mine.narrow(0, 0, have).copy_(flat.narrow(0, start, have));
-  return piece;
-}
-
-at::Tensor join(const Piece& piece, Communicator& group) {
-  const int64_t length = piece.mine.numel();
-  at::Tensor gathered = at::empty({length * group.size()}, piece.mine.options());
-  group.all_gather(piece.mine, gathered, {.async = false});
-  const int64_t numel = c10::multiply_integers(piece.shape);
-  return gathered.narrow(0, 0, numel).view(piece.shape);
-}
 
 class CheckpointBackward : public torch::autograd::Node {
  public:
@@ -92,7 +73,8 @@ class CheckpointBackward : public torch::autograd::Node {
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     for (size_t i = 0; i < pieces.size(); ++i) {
-      if (pieces[i].mine.defined()) inputs[i] = join(pieces[i], *partition);  // (every member joins, in order)
+      // (Every member gathers, in the same order: their backwards run alike.)
+      if (pieces[i].mine.defined()) inputs[i] = whole_from_pieces(pieces[i].mine, pieces[i].shape, *partition);
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (pieces[i].mine.defined()) continue;  // a copy: the input's later changes do not reach it
@@ -205,7 +187,7 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
   node->partition = partition_over;
   for (const at::Tensor& t : detached) {
     const bool cut_it = partitioned && t.defined() && at::isFloatingType(t.scalar_type());
-    node->pieces.push_back(cut_it ? cut(t, *partition_over) : Piece{});
+    node->pieces.push_back(cut_it ? Piece{piece_of(t, *partition_over), t.sizes().vec()} : Piece{});
     node->inputs.push_back(cut_it ? at::Tensor() : t);
   }
   ++forwards;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/core.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -277,6 +278,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     for (size_t i = 0; i < params.size(); ++i)
       if (s.slices[i].dim < 0) s.replicated_params.push_back(static_cast<int>(i));
   }
+  if (tensor_parallel.pipeline && tensor_parallel.pipeline->size() > 1) s.pipeline = tensor_parallel.pipeline;
   const bool stage3 = config.zero.stage == 3;
   engine::UnitMap units;
   if (stage3) {
@@ -417,16 +419,25 @@ bool Engine::is_gradient_accumulation_boundary() const {
 
 void Engine::backward(const at::Tensor& loss) {
   State& s = *state_;
+  if (s.telemetry->wants_loss()) s.telemetry->record_loss(loss.item<double>());
+  // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
+  run_backward([&] { (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward(); });
+}
+
+void Engine::backward(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& output_grads) {
+  run_backward([&] { torch::autograd::backward(outputs, output_grads); });
+}
+
+void Engine::run_backward(const std::function<void()>& autograd_backward) {
+  State& s = *state_;
   const bool boundary = is_gradient_accumulation_boundary();
   s.boundary_unreduced = boundary && s.no_sync;
-  if (s.telemetry->wants_loss()) s.telemetry->record_loss(loss.item<double>());
   {
     auto timed = s.telemetry->time(engine::Phase::kBackward);
     s.buckets->begin_backward(!s.no_sync && (s.config.zero.stage >= 2 || boundary));
     {
       auto inner = s.telemetry->time(engine::Phase::kBackwardInner);
-      // DeepSpeed scales the loss by 1/gradient_accumulation_steps (and by the fp16 loss scale).
-      (loss * (loss_scale() / static_cast<double>(s.config.gradient_accumulation_steps))).backward();
+      autograd_backward();
     }
     {
       auto reduce = s.telemetry->time(engine::Phase::kBackwardReduce);
@@ -492,6 +503,7 @@ void Engine::apply_step() {
     at::Tensor overflow = at::full({1}, finite ? 0 : 1, at::kInt);
     s.comm.all_reduce(overflow, ReduceOp::kMax, {.async = false});
     if (s.tensor_parallel) s.tensor_parallel->communicator().all_reduce(overflow, ReduceOp::kMax, {.async = false});
+    if (s.pipeline) s.pipeline->communicator().all_reduce(overflow, ReduceOp::kMax, {.async = false});
     if (overflow.item<int>() != 0) {
       s.scaler.update(true);
       ++s.skipped_steps;
@@ -505,6 +517,7 @@ void Engine::apply_step() {
   at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);
   if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
   if (s.tensor_parallel) s.tensor_parallel->communicator().all_reduce(squares, ReduceOp::kSum, {.async = false});
+  if (s.pipeline) s.pipeline->communicator().all_reduce(squares, ReduceOp::kSum, {.async = false});
   const double scaled_norm = std::sqrt(squares.item<double>()) * average;
   s.grad_norm = scaled_norm / loss_scale();
   // Average, unscale and clip in one multiplication (DeepSpeed folds the last two).

@@ -46,6 +46,7 @@ struct Engine::State {
   // holds whole, which the gradient norm counts on the group's first member only; and where each
   // parameter's slice sits in the whole parameter (all whole without tensor parallelism).
   World* tensor_parallel = nullptr;
+  World* pipeline = nullptr;  // the other stages' ranks (pipeline parallelism), for the norm and overflow
   std::vector<int> replicated_params;
   std::vector<engine::ParameterSlice> slices;
   torch::nn::Module* model = nullptr;

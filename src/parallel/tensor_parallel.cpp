@@ -7,28 +7,47 @@
 #include <set>
 
 #include "zero/communicator.h"
+#include "zero/pipeline.h"
 #include "zero/error.h"
 
 namespace zero {
 
 namespace {
 
-// The group size, checked before any rank splits the world (every rank throws alike).
-int checked_group_size(const World& world, int tensor_parallel) {
-  if (tensor_parallel < 1 || world.size() % tensor_parallel != 0) {
-    throw Error(fmt::format("tensor_parallel.autotp_size {} does not divide the world size {}", tensor_parallel,
+// The sizes, checked before any rank splits the world (every rank throws alike).
+int checked_group_size(const World& world, int tensor_parallel, int pipeline_stages) {
+  if (pipeline_stages < 1 || world.size() % pipeline_stages != 0) {
+    throw Error(fmt::format("pipeline_parallel.pp_size: {} stages do not divide the world size {}", pipeline_stages,
                             world.size()),
+                "pipeline_parallel.pp_size", world.rank());
+  }
+  if (tensor_parallel < 1 || world.size() / pipeline_stages % tensor_parallel != 0) {
+    throw Error(fmt::format("tensor_parallel.autotp_size {} does not divide the world size {}{}", tensor_parallel,
+                            world.size(),
+                            pipeline_stages > 1 ? fmt::format(" over {} pipeline stages", pipeline_stages) : ""),
                 "tensor_parallel.autotp_size", world.rank());
   }
   return tensor_parallel;
 }
 
+// This rank's group in each dimension (Megatron's order: tensor-parallel innermost, then
+// data-parallel, then the stages).
+struct Place {
+  int block, stage, place;  // ranks per stage; this rank's stage; its place within the stage
+};
+Place place_of(const World& world, int stages) {
+  const int block = world.size() / stages;
+  return {block, world.rank() / block, world.rank() % block};
+}
+
 }  // namespace
 
-ParallelGrid::ParallelGrid(World& world, int tensor_parallel)
-    : tensor_parallel_(world.split(world.rank() / checked_group_size(world, tensor_parallel))),
-      data_parallel_(world.split(world.rank() % tensor_parallel)),
+ParallelGrid::ParallelGrid(World& world, int tensor_parallel, int pipeline_stages)
+    : tensor_parallel_(world.split(world.rank() / checked_group_size(world, tensor_parallel, pipeline_stages))),
+      data_parallel_(world.split(place_of(world, pipeline_stages).stage * tensor_parallel + world.rank() % tensor_parallel)),
+      pipeline_(world.split(place_of(world, pipeline_stages).place)),
       layer_communicator_(std::make_unique<CountingCommunicator>(tensor_parallel_.communicator(), layer_stats_)) {
+  connect_stages(world);
   std::set<std::string> spanning;
   for (int first = 0; first < world.size(); first += tensor_parallel) {
     for (int r = first + 1; r < first + tensor_parallel; ++r) {
@@ -44,6 +63,51 @@ ParallelGrid::ParallelGrid(World& world, int tensor_parallel)
                  "layer each way, cross the network\n",
                  tensor_parallel, spanning_hosts_.c_str());
   }
+}
+
+ParallelGrid::~ParallelGrid() = default;
+
+void ParallelGrid::connect_stages(World& world) {
+  const int stages = pipeline_.size();
+  if (stages == 1) return;
+  const Place p = place_of(world, stages);
+  const int alone = world.size() + world.rank();  // a color no other rank passes
+  // Each pair of neighbouring stages (s, s + 1) at one place gets two Worlds of its two ranks, one
+  // per direction: pairs from even stages first, then from odd ones (every rank splits alike).
+  for (int parity : {0, 1}) {
+    const int lower = p.stage % 2 == parity ? p.stage : p.stage - 1;
+    const bool paired = lower >= 0 && lower + 1 < stages;
+    const int color = paired ? lower * p.block + p.place : alone;
+    World activations = world.split(color), gradients = world.split(color);
+    if (!paired) continue;
+    // In each pair the lower stage is rank 0 (stages are blocks of consecutive ranks).
+    if (lower == p.stage) {
+      activations_out_ = std::make_unique<PipelineLink>(std::move(activations), 0);
+      gradients_in_ = std::make_unique<PipelineLink>(std::move(gradients), 1);
+    } else {
+      activations_in_ = std::make_unique<PipelineLink>(std::move(activations), 0);
+      gradients_out_ = std::make_unique<PipelineLink>(std::move(gradients), 1);
+    }
+  }
+  const bool end = p.stage == 0 || p.stage == stages - 1;
+  World ends = world.split(end ? p.place : alone);
+  if (end) first_and_last_ = std::make_unique<World>(std::move(ends));
+}
+
+at::Tensor piece_of(const at::Tensor& whole, Communicator& group) {
+  const at::Tensor flat = whole.reshape(-1);
+  const int64_t members = group.size(), numel = flat.numel();
+  const int64_t length = (numel + members - 1) / members;
+  const int64_t start = std::min(numel, length * group.rank()), have = std::min(length, numel - start);
+  at::Tensor piece = at::zeros({length}, flat.options());
+  piece.narrow(0, 0, have).copy_(flat.narrow(0, start, have));
+  return piece;
+}
+
+at::Tensor whole_from_pieces(const at::Tensor& piece, at::IntArrayRef shape, Communicator& group) {
+  at::Tensor gathered = at::empty({piece.numel() * group.size()}, piece.options());
+  group.all_gather(piece, gathered, {.async = false});
+  return gathered.narrow(0, 0, c10::multiply_integers(shape)).view(shape);
 }
 
 SliceRange slice_range(int64_t n, int index, int parts) {
