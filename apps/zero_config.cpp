@@ -61,9 +61,14 @@ int main(int argc, char** argv) {
     size_t width = 0;
     for (const auto& v : config.values()) width = std::max(width, v.path.size());
     fmt::print("{}: valid for world size {}{}\n", file, ctx.world_size,
-               config.tensor_parallel.size > 1
-                   ? fmt::format(" (tensor-parallel {} x data-parallel {}: the batch counts data-parallel ranks)",
-                                 config.tensor_parallel.size, config.world_size)
+               config.tensor_parallel.size > 1 || config.pipeline.stages > 1
+                   ? fmt::format(" ({}tensor-parallel {} x data-parallel {}: the batch counts data-parallel ranks{})",
+                                 config.pipeline.stages > 1 ? fmt::format("pipeline {} x ", config.pipeline.stages) : "",
+                                 config.tensor_parallel.size, config.world_size,
+                                 config.pipeline.stages > 1
+                                     ? fmt::format(", {} micro-batches per step through the stages",
+                                                   config.gradient_accumulation_steps)
+                                     : "")
                    : "");
     for (const auto& v : config.values()) {
       fmt::print("  {:<{}}  {:<24}  {}\n", v.path, width, v.value, zero::to_string(v.source));

@@ -59,7 +59,8 @@ class World {
   // The ranks that pass the same `color` as a World of their own, in this world's rank order,
   // with their hosts and nodes (collective over this world: every rank calls it). Tensor
   // parallelism's groups and data-parallel groups are such worlds (zero/tensor_parallel.h).
-  World split(int color);
+  // `options` (null: this world's) for the new world's communicators.
+  World split(int color, const CommunicatorOptions* options = nullptr);
 
  private:
   struct State;

@@ -43,6 +43,18 @@ class TrainableModel {
   // activation_checkpointing.partition_activations: the checkpointed inputs kept split over the
   // model's tensor-parallel group. A model without one has nothing to split.
   virtual void set_partition_activations(bool partition) {}
+  // Pipeline parallelism (zero/pipeline.h), for a model built as the grid's stage: a micro-batch
+  // through this stage (from the tokens on the first, from `received` on the others; the loss on
+  // the last), what passes between stages, the tied weight the schedule keeps alike on the first
+  // and last stages (undefined: none), and which layers each stage holds ("" with one stage).
+  // Only models that build stages override them.
+  virtual at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received) {
+    return {};
+  }
+  virtual std::vector<int64_t> stage_activation_shape(int64_t rows, int64_t seq) const { return {}; }
+  virtual at::ScalarType stage_activation_dtype() const { return at::kFloat; }
+  virtual at::Tensor tied_weight() { return {}; }
+  virtual std::string describe_stages() const { return ""; }
   // Model FLOPs per token (forward + backward) at rows of `seq` tokens.
   virtual double flops_per_token(int64_t seq) const = 0;
   // The activations of one micro-step, without and with checkpointing, when the model knows them.

@@ -19,6 +19,7 @@
 #include "models/common/run_report.h"
 #include "models/gpt/token_data.h"
 #include "models/gpt/tokenizer.h"
+#include "zero/pipeline.h"
 #include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
@@ -199,8 +200,8 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
   return {shape.channels, shape.vocab, shape.max_seq,
           [shape, init, path = options.init, on_cpu](const Config& config, World& w, ParallelGrid* grid) {
             if (grid) {
-              throw Error("tensor parallelism is built for the Llama family (--model DIR), not the GPT",
-                          config.tensor_parallel.key);
+              throw Error("tensor and pipeline parallelism are built for the Llama family (--model DIR), not the GPT",
+                          grid->stages() > 1 ? config.pipeline.key : config.tensor_parallel.key);
             }
             return make_gpt(shape, init, path, config, w, on_cpu);
           }};
@@ -226,15 +227,29 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   const Tokenizer tokenizer = options.tokenizer.empty() ? Tokenizer::bytes() : Tokenizer::from_llmc(options.tokenizer);
 
   Config config = load_config(options, whole_world, plan.hidden_size);
-  // Tensor parallelism: the model is split over groups of tensor_parallel.autotp_size ranks, and
-  // from here on `data_parallel` is the world the engine, the data and the loss see.
+  // Tensor and pipeline parallelism: the model is split over groups of tensor_parallel.autotp_size
+  // ranks and cut into pipeline stages, and from here on `data_parallel` is the world the engine,
+  // the data and the loss see.
   std::optional<ParallelGrid> grid;
-  if (config.tensor_parallel.size > 1) {
+  const bool pipelined = config.pipeline.stages > 1;
+  if (config.tensor_parallel.size > 1 || pipelined) {
     if (!device.is_cpu()) {
-      throw Error("tensor parallelism on a GPU is not built yet (its layers' collectives are MPI's, on host tensors)",
-                  config.tensor_parallel.key);
+      throw Error("tensor and pipeline parallelism on a GPU are not built yet (their collectives are MPI's, on host "
+                  "tensors)",
+                  pipelined ? config.pipeline.key : config.tensor_parallel.key);
     }
-    grid.emplace(whole_world, config.tensor_parallel.size);
+    if (pipelined) {
+      // (Not built yet for pipelines: what reads or writes the whole model, or runs it forward only.)
+      const std::pair<bool, const char*> refused[] = {
+          {!options.save_dir.empty() || options.resume, "--save-dir and --resume (checkpoints)"},
+          {!options.export_path.empty(), "--export"},
+          {options.eval_every > 0, "--eval-every"},
+          {options.sample_every > 0, "--sample-every"}};
+      for (const auto& [asked, what] : refused) {
+        if (asked) throw Error(fmt::format("{} with pipeline parallelism: not built yet", what), config.pipeline.key);
+      }
+    }
+    grid.emplace(whole_world, config.tensor_parallel.size, config.pipeline.stages);
   }
   World& data_parallel = grid ? grid->data_parallel() : whole_world;
   if (options.metrics_port >= 0) {
@@ -252,7 +267,10 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
       plan.build(config, data_parallel, grid ? &*grid : nullptr);
   models::TrainableModel& model = *built;
   checkpoint.reset();  // the llm.c weights are in the model now
-  model.set_checkpoint_every(options.checkpoint_every);
+  // DeepSpeed's pipeline.activation_checkpoint_interval: the pipeline's own checkpointing interval.
+  model.set_checkpoint_every(pipelined && config.pipeline.activation_checkpoint_interval > 0
+                                 ? config.pipeline.activation_checkpoint_interval
+                                 : options.checkpoint_every);
   model.set_partition_activations(config.activation_checkpointing.partition_activations);
   model.module().to(device);  // before the engine is built, as DeepSpeed finds the model on its device
   Engine engine(model.module(), config, data_parallel, {}, model.tensor_parallel());
@@ -267,8 +285,9 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   Report report(out, options.progress_bar, options.steps);
   report.line(fmt::format("zero-train: {} rank{}{}, ZeRO stage {}, {} ({} parameters)", world.size(),
                           world.size() == 1 ? "" : "s",
-                          grid ? fmt::format(" (tensor-parallel {} x data-parallel {})", config.tensor_parallel.size,
-                                             data_parallel.size())
+                          grid ? fmt::format(" ({}tensor-parallel {} x data-parallel {})",
+                                             pipelined ? fmt::format("pipeline {} x ", grid->stages()) : "",
+                                             config.tensor_parallel.size, data_parallel.size())
                                : "",
                           config.zero.stage, model.describe(), model.parameters()));
   report.line(
@@ -288,6 +307,16 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
             : " (off: --activation-checkpointing)"));
   }
   report.line(fmt::format("zero-train: model built: peak RSS so far {} KiB per rank", fmt::join(load_rss, " ")));
+  pipeline::StepOptions pipeline_options{.micro_batches = accumulation};
+  if (pipelined) {
+    report.line("zero-train: pipeline " + model.describe_stages());
+    // pipe_partitioned / grad_partitioned: what every tensor-parallel member holds alike (not a
+    // sequence-parallel shard) travels as 1/TP from each.
+    if (config.tensor_parallel.size > 1 && !config.tensor_parallel.sequence_parallel) {
+      if (config.pipeline.pipe_partitioned) pipeline_options.partition_activations_over = &grid->layer_communicator();
+      if (config.pipeline.grad_partitioned) pipeline_options.partition_gradients_over = &grid->layer_communicator();
+    }
+  }
   TrainerResult result;
   int64_t start_step = 0;
   if (options.resume) {
@@ -317,8 +346,11 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   auto crossed = [&] {
     int64_t sum = world.communicator().inter_node_bytes();
     if (grid && sum >= 0) {
-      for (World* group : {&grid->data_parallel(), &grid->tensor_parallel()})
-        sum += std::max<int64_t>(0, group->communicator().inter_node_bytes());
+      std::vector<World*> groups{&grid->data_parallel(), &grid->tensor_parallel(), &grid->pipeline(), grid->first_and_last()};
+      for (PipelineLink* link : {grid->activations_out(), grid->gradients_out()})
+        if (link) groups.push_back(&link->pair());
+      for (World* group : groups)
+        if (group) sum += std::max<int64_t>(0, group->communicator().inter_node_bytes());
     }
     return sum;
   };
@@ -328,14 +360,30 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   for (int64_t step = start_step; step < options.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
+    auto micro_batch = [&](int64_t m) {
       Batch global = data.train.batch(step * accumulation + m, run.global_rows, seq, options.shuffle);
       Batch mine = data.train.rank_rows(global, data_parallel.rank(), data_parallel.size());
-      at::Tensor x = to_tensor(mine.inputs, micro, seq, run.device), y = to_tensor(mine.targets, micro, seq, run.device);
-      at::Tensor loss = engine.forward([&] { return model.loss(x, y); });
-      engine.backward(loss);
-      engine.step();
-      loss_sum += loss.item<double>();
+      return std::pair{to_tensor(mine.inputs, micro, seq, run.device), to_tensor(mine.targets, micro, seq, run.device)};
+    };
+    if (pipelined) {
+      // The step's micro-batches through the stages by 1F1B (zero/pipeline.h).
+      pipeline::StageWork work{
+          .forward = [&](int64_t m, const at::Tensor& received) {
+            const auto [x, y] = micro_batch(m);
+            return model.stage_forward(x, y, received);
+          },
+          .activation_shape = model.stage_activation_shape(micro, seq),
+          .activation_dtype = model.stage_activation_dtype(),
+          .tied = model.tied_weight()};
+      loss_sum = pipeline::train_step(*grid, engine, work, pipeline_options);
+    } else {
+      for (int64_t m = 0; m < accumulation; ++m) {
+        const auto [x, y] = micro_batch(m);
+        at::Tensor loss = engine.forward([&] { return model.loss(x, y); });
+        engine.backward(loss);
+        engine.step();
+        loss_sum += loss.item<double>();
+      }
     }
     // One small all-reduce gives the mean loss and whether any rank was asked to stop.
     at::Tensor shared = torch::tensor(
@@ -343,6 +391,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
         torch::kDouble);
     data_parallel.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
     if (grid) stop_anywhere(shared, grid->tensor_parallel());
+    if (pipelined) stop_anywhere(shared, grid->pipeline());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepLog log{step + 1,
                 shared[0].item<double>(),
@@ -420,6 +469,15 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   result.all_gather_calls = gathers.calls;
   result.all_gather_seconds = gathers.seconds;
   result.memory = engine.memory_report();
+  if (pipelined) {
+    const pipeline::PipelineBytes bytes = pipeline::pipeline_bytes(*grid);
+    result.pipeline_sent = bytes.sent;
+    result.pipeline_received = bytes.received;
+    if (const int64_t steps = options.steps - start_step; steps > 0) {
+      report.line(fmt::format("zero-train: pipeline point to point per step on rank 0: sent {} bytes, received {} bytes",
+                              bytes.sent / steps, bytes.received / steps));
+    }
+  }
   if (grid) {
     result.tensor_parallel_all_reduce = grid->layer_stats().total(CollectiveOp::kAllReduce);
     result.tensor_parallel_all_gather = grid->layer_stats().total(CollectiveOp::kAllGather);

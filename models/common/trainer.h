@@ -91,6 +91,8 @@ struct TrainerResult {
   // Tensor parallelism: the collectives of the model's layers over its group, over the run
   // (training steps and any evaluation); all-gathers and reduce-scatters with sequence parallelism.
   OpStats tensor_parallel_all_reduce, tensor_parallel_all_gather, tensor_parallel_reduce_scatter;
+  // Pipeline parallelism: the bytes this rank sent to and received from its neighbouring stages.
+  int64_t pipeline_sent = 0, pipeline_received = 0;
   MemoryReport memory;  // this rank's engine at the end (model states by category)
 };
 

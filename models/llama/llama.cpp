@@ -222,17 +222,21 @@ at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k
   return probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp) {
+LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp,
+                       const PipelinePlace& stage) {
   const std::vector<HfTensor> tensors = llama_tensors(c);
-  embed_tokens = register_module(
-      "embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype, tp));
+  if (stage.first()) {
+    embed_tokens = register_module(
+        "embed_tokens", std::make_shared<Weights>(source, "model.embed_tokens.", tensors, dtype, tp));
+  }
   layer_list = register_module("layers", std::make_shared<torch::nn::Module>());
   auto rope = std::make_shared<RotaryTables>(c);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+  const int end = stage.end_layer < 0 ? static_cast<int>(c.num_hidden_layers) : stage.end_layer;
+  for (int l = stage.first_layer; l < end; ++l) {  // named by their place in the whole model
     layers.push_back(layer_list->register_module(
         std::to_string(l), std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp)));
   }
-  norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
+  if (stage.last()) norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
 }
 
 namespace {
@@ -252,56 +256,75 @@ void check_heads_split(const LlamaConfig& c, int size) {
 }  // namespace
 
 LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::ScalarType dtype,
-                                   const TensorParallelPlace& tp)
-    : config(std::move(c)), place(tp) {
+                                   const TensorParallelPlace& tp, const PipelinePlace& pipeline)
+    : config(std::move(c)), place(tp), stage(pipeline) {
   if (place.size > 1) check_heads_split(config, place.size);
   if (place.size == 1) place.group = nullptr;
+  if (stage.end_layer < 0) stage.end_layer = static_cast<int>(config.num_hidden_layers);
   vocab_start = slice_range(config.vocab_size, place.rank, place.size).start;
-  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place));
-  if (!config.tie_word_embeddings) {
+  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place, stage));
+  if (stage.last() && !config.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place));
+  } else if (stage.last() && !stage.first()) {
+    tied_copy = std::make_shared<Weights>(source, "model.embed_tokens.", llama_tensors(config), dtype, place);
   }
 }
 
 const at::Tensor& LlamaForCausalLM::output_weight() const {
-  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+  if (lm_head) return lm_head->weight;
+  return tied_copy ? tied_copy->weight : model->embed_tokens->weight;
 }
 
-at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) {
+at::Tensor LlamaForCausalLM::embed(const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   if (T > config.max_position_embeddings) {
     throw Error("a sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings " +
                     std::to_string(config.max_position_embeddings),
                 "max_position_embeddings");
   }
-  at::Tensor x;
   if (place.group) {
     if (place.sequence_parallel && T % place.size != 0) {
       throw Error(fmt::format("sequence parallelism: a sequence of {} tokens does not split over {} tensor-parallel ranks",
                               T, place.size),
                   "sequence_parallel");
     }
-    x = vocab_parallel_embedding(tokens, compute(model->embed_tokens->weight), vocab_start, *place.group,
-                                 config.pad_token_id, place.sequence_parallel);
-  } else {
-    namespace F = torch::nn::functional;
-    F::EmbeddingFuncOptions lookup;
-    if (config.pad_token_id >= 0) lookup.padding_idx(config.pad_token_id);
-    x = F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
+    return vocab_parallel_embedding(tokens, compute(model->embed_tokens->weight), vocab_start, *place.group,
+                                    config.pad_token_id, place.sequence_parallel);
   }
+  namespace F = torch::nn::functional;
+  F::EmbeddingFuncOptions lookup;
+  if (config.pad_token_id >= 0) lookup.padding_idx(config.pad_token_id);
+  return F::embedding(tokens, compute(model->embed_tokens->weight), lookup);
+}
+
+at::Tensor LlamaForCausalLM::blocks(const at::Tensor& x) {
   // A block's input is whole on every member (unless sequence-parallel): each can keep 1/n of it.
   Communicator* partition = partition_activations && !place.sequence_parallel ? place.group : nullptr;
-  x = zero::checkpointing::run_blocks(model->layers, x, checkpoint_every, partition);
+  return zero::checkpointing::run_blocks(model->layers, x, checkpoint_every, partition);
+}
+
+at::Tensor LlamaForCausalLM::final_norm(const at::Tensor& x) {
   if (!place.sequence_parallel || !place.group) return rms_norm(x, model->norm->weight, config.rms_norm_eps);
   return rms_norm(x, copy_to_tensor_parallel(model->norm->weight, *place.group), config.rms_norm_eps);
 }
 
-// The final norm's output as the lm_head's slices take it: whole on every member (the gradients
-// of its partial products summed over the group), all-gathered from the sequence's split.
-at::Tensor LlamaForCausalLM::head_input(const at::Tensor& tokens) {
-  const at::Tensor h = hidden(tokens);
-  return place.sequence_parallel ? gather_from_sequence_parallel(h, *place.group) : copy_to_tensor_parallel(h, *place.group);
+at::Tensor LlamaForCausalLM::hidden(const at::Tensor& tokens) { return final_norm(blocks(embed(tokens))); }
+
+at::Tensor LlamaForCausalLM::head_loss(const at::Tensor& h, const at::Tensor& targets, bool mean) {
+  if (place.group) {
+    // The final norm's output as the lm_head's slices take it: whole on every member (the
+    // gradients of its partial products summed over the group), all-gathered from the sequence's
+    // split. Each rank's logits for its slice of the vocabulary: [B·T, V/tp], never the whole.
+    const at::Tensor input =
+        place.sequence_parallel ? gather_from_sequence_parallel(h, *place.group) : copy_to_tensor_parallel(h, *place.group);
+    const at::Tensor logits = zero::linear(input, output_weight());
+    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
+                                        *place.group, mean, -100);
+  }
+  const at::Tensor logits = zero::linear(h, output_weight());
+  return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1), {},
+                                   mean ? at::Reduction::Mean : at::Reduction::Sum, -100);
 }
 
 at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
@@ -313,25 +336,17 @@ at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {
 }
 
 at::Tensor LlamaForCausalLM::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  if (place.group) {
-    // Each rank's logits for its slice of the vocabulary: [B·T, V/tp], never the whole [B·T, V].
-    const at::Tensor logits = zero::linear(head_input(tokens), output_weight());
-    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
-                                        *place.group, /*mean=*/true);
-  }
-  const at::Tensor logits = forward(tokens);
-  return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1));
+  return head_loss(hidden(tokens), targets, /*mean=*/true);
 }
 
 at::Tensor LlamaForCausalLM::loss_sum(const at::Tensor& tokens, const at::Tensor& targets) {
-  if (place.group) {
-    const at::Tensor logits = zero::linear(head_input(tokens), output_weight());
-    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
-                                        *place.group, /*mean=*/false, -100);
-  }
-  const at::Tensor logits = forward(tokens);
-  return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1), {},
-                                   at::Reduction::Sum, -100);
+  return head_loss(hidden(tokens), targets, /*mean=*/false);
+}
+
+at::Tensor LlamaForCausalLM::stage_forward(const at::Tensor& tokens, const at::Tensor& targets,
+                                           const at::Tensor& received) {
+  const at::Tensor x = blocks(stage.first() ? embed(tokens) : received);
+  return stage.last() ? head_loss(final_norm(x), targets, /*mean=*/true) : x;
 }
 
 }  // namespace zero::llama

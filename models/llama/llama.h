@@ -57,6 +57,17 @@ struct TensorParallelPlace {
   bool sequence_parallel = false;
 };
 
+// Pipeline parallelism (zero/pipeline.h): this rank's stage — decoder layers [first_layer,
+// end_layer), the embedding on the first stage, the final norm and lm_head on the last. A tied
+// lm_head on a last stage that is not also the first is a copy of the embedding kept outside the
+// engine (LlamaForCausalLM::tied_copy; the schedule keeps it equal to the first stage's).
+struct PipelinePlace {
+  int stage = 0, stages = 1;
+  int first_layer = 0, end_layer = -1;  // -1: to the last layer
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+};
+
 // Which way a weight is split over the tensor-parallel group (llama_tensor_parallel.h: split_of).
 enum class Split { kWhole, kColumn, kRow, kVocabulary };
 
@@ -115,8 +126,9 @@ struct LlamaDecoderLayer : torch::nn::Module {
 };
 
 struct LlamaModel : torch::nn::Module {
-  LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& place);
-  std::shared_ptr<Weights> embed_tokens, norm;
+  LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& place,
+             const PipelinePlace& stage = {});
+  std::shared_ptr<Weights> embed_tokens, norm;  // null on the stages that do not hold them
   std::shared_ptr<torch::nn::Module> layer_list;  // registered as "layers": "0", "1", ...
   std::vector<std::shared_ptr<zero::Unit<LlamaDecoderLayer>>> layers;
 };
@@ -127,21 +139,28 @@ struct LlamaForCausalLM : torch::nn::Module {
   // With tensor parallelism (`place.group`), each rank builds its slices only; throws naming the
   // numbers when the heads do not split evenly.
   LlamaForCausalLM(LlamaConfig config, WeightSource& source, at::ScalarType dtype = at::kFloat,
-                   const TensorParallelPlace& place = {});
+                   const TensorParallelPlace& place = {}, const PipelinePlace& stage = {});
   // tokens [B, T] (int64, T <= max_position_embeddings) → logits [B, T, V] (fp32 under fp16).
   // Not under tensor parallelism (the loss never gathers the whole vocabulary's logits).
   at::Tensor forward(const at::Tensor& tokens);
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
   // The cross-entropy summed over targets that are not -100 (ignored as transformers' labels).
   at::Tensor loss_sum(const at::Tensor& tokens, const at::Tensor& targets);
-  // The lm_head weight: its own, or the embedding when tied.
+  // The lm_head weight: its own, or the embedding (or its copy on a last stage) when tied.
   const at::Tensor& output_weight() const;
+  // Pipeline parallelism: micro-batch `tokens` (and `targets`) through this stage — from the tokens
+  // on the first stage, from the previous stage's activation `received` on the others; returns the
+  // activation for the next stage ([B, T, hidden], T/TP under sequence parallelism), or on the
+  // last stage the mean loss.
+  at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received);
 
   LlamaConfig config;
   TensorParallelPlace place;
   int64_t vocab_start = 0;  // the first token of this rank's slice of the vocabulary
   std::shared_ptr<LlamaModel> model;
-  std::shared_ptr<Weights> lm_head;  // null when tied
+  std::shared_ptr<Weights> lm_head;  // null when tied (and on stages before the last)
+  PipelinePlace stage;
+  std::shared_ptr<Weights> tied_copy;  // a tied lm_head on a last stage that is not the first (not registered)
   int64_t checkpoint_every = 0;      // activation checkpointing, as the GPT's
   // The checkpointed block inputs kept split over the tensor-parallel group (DeepSpeed's
   // partition_activations). Under sequence parallelism they are split along the sequence already.
@@ -149,6 +168,10 @@ struct LlamaForCausalLM : torch::nn::Module {
 
  private:
   at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden] (T/size: sequence-parallel)
+  at::Tensor embed(const at::Tensor& tokens);   // the residual stream entering the first layer
+  at::Tensor blocks(const at::Tensor& x);       // through this stage's decoder layers
+  at::Tensor final_norm(const at::Tensor& x);
+  at::Tensor head_loss(const at::Tensor& h, const at::Tensor& targets, bool mean);  // from the final norm's output
   at::Tensor head_input(const at::Tensor& tokens);  // under tensor parallelism
 };
 

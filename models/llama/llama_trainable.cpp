@@ -1,7 +1,9 @@
 #include "models/llama/llama_trainable.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "models/llama/llama_tensor_parallel.h"
@@ -14,8 +16,11 @@ namespace {
 class LlamaTrainable : public models::TrainableModel {
  public:
   LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options,
-                 ParallelGrid* grid, bool sequence_parallel)
-      : model_(hf.config, weights, dtype, place_in(grid, sequence_parallel)),
+                 ParallelGrid* grid, bool sequence_parallel, const std::vector<int>& stage_bounds)
+      : model_(hf.config, weights, dtype, place_in(grid, sequence_parallel), stage_in(grid, stage_bounds)),
+        stage_bounds_(stage_bounds),
+        grid_(grid),
+        dtype_(dtype),
         config_json_(hf.config_json),
         source_dir_(hf.dir),
         options_(options),
@@ -38,6 +43,20 @@ class LlamaTrainable : public models::TrainableModel {
   }
   void set_checkpoint_every(int64_t every) override { model_.checkpoint_every = every; }
   void set_partition_activations(bool partition) override { model_.partition_activations = partition; }
+  at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received) override {
+    return model_.stage_forward(tokens, targets, received);
+  }
+  std::vector<int64_t> stage_activation_shape(int64_t rows, int64_t seq) const override {
+    const TensorParallelPlace& tp = model_.place;
+    return {rows, tp.sequence_parallel && tp.size > 1 ? seq / tp.size : seq, model_.config.hidden_size};
+  }
+  at::ScalarType stage_activation_dtype() const override { return dtype_; }  // the residual stream's
+  at::Tensor tied_weight() override {
+    if (!model_.config.tie_word_embeddings || model_.stage.stages == 1) return {};
+    if (model_.stage.first()) return model_.model->embed_tokens->weight;
+    return model_.tied_copy ? model_.tied_copy->weight : at::Tensor();
+  }
+  std::string describe_stages() const override { return describe_pipeline_stages(model_.config, stage_bounds_); }
   double flops_per_token(int64_t seq) const override { return llama_flops_per_token(model_.config, seq); }
   std::optional<std::pair<int64_t, int64_t>> activation_bytes(int64_t, int64_t, int64_t) const override {
     return std::nullopt;
@@ -49,7 +68,8 @@ class LlamaTrainable : public models::TrainableModel {
   TensorParallelOptions tensor_parallel() const override {
     return {.group = tensor_parallel_,
             .split_dim = [](const std::string& name) { return split_dim(split_of(name)); },
-            .layer_stats = layer_stats_};
+            .layer_stats = layer_stats_,
+            .pipeline = grid_ && grid_->stages() > 1 ? &grid_->pipeline() : nullptr};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_, {path, source_dir_, options_.max_shard_bytes}, world);
@@ -57,11 +77,24 @@ class LlamaTrainable : public models::TrainableModel {
 
  private:
   LlamaForCausalLM model_;
+  std::vector<int> stage_bounds_;  // pipeline_stages.h's bounds over the layer list (empty: one stage)
+  ParallelGrid* grid_;
+  at::ScalarType dtype_;
   nlohmann::ordered_json config_json_;
   std::string source_dir_;
   LlamaExportOptions options_;
   World* tensor_parallel_;
   CommStats* layer_stats_;
+
+  // Items [bounds[s], bounds[s + 1]) of (embedding, layers 0..L-1, head) are stage s's.
+  static PipelinePlace stage_in(ParallelGrid* grid, const std::vector<int>& bounds) {
+    if (!grid || grid->stages() == 1) return {};
+    const int s = grid->stage(), layers = bounds.back() - 2;
+    return {.stage = s,
+            .stages = grid->stages(),
+            .first_layer = std::clamp(bounds[static_cast<size_t>(s)] - 1, 0, layers),
+            .end_layer = std::clamp(bounds[static_cast<size_t>(s) + 1] - 1, 0, layers)};
+  }
 
   static TensorParallelPlace place_in(ParallelGrid* grid, bool sequence_parallel) {
     if (!grid) return {};
@@ -74,6 +107,37 @@ class LlamaTrainable : public models::TrainableModel {
 };
 
 }  // namespace
+
+std::vector<pipeline::Item> pipeline_items(const LlamaConfig& c) {
+  const std::string family = c.architecture.substr(0, c.architecture.find("ForCausalLM"));
+  std::vector<pipeline::Item> items{{"Embedding", c.vocab_size * c.hidden_size, false}};
+  std::vector<int64_t> per_layer(static_cast<size_t>(c.num_hidden_layers), 0);
+  for (const HfTensor& t : llama_tensors(c)) {
+    if (t.layer >= 0) per_layer[static_cast<size_t>(t.layer)] += c10::multiply_integers(t.shape);
+  }
+  for (int64_t n : per_layer) items.push_back({family + "DecoderLayer", n, true});
+  items.push_back({"LMHead", c.hidden_size + c.vocab_size * c.hidden_size, false});  // the final norm, lm_head (or its tied copy)
+  return items;
+}
+
+std::string describe_pipeline_stages(const LlamaConfig& c, const std::vector<int>& bounds) {
+  if (bounds.size() < 3) return "";
+  const std::vector<pipeline::Item> items = pipeline_items(c);
+  std::string out;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const int begin = bounds[s], end = bounds[s + 1];
+    int64_t parameters = 0;
+    for (int i = begin; i < end; ++i) parameters += items[static_cast<size_t>(i)].parameters;
+    std::vector<std::string> parts;
+    if (begin == 0) parts.push_back("embedding");
+    const int first = std::max(begin, 1) - 1, last = std::min(end, static_cast<int>(items.size()) - 1) - 1;
+    if (last > first) parts.push_back(last - first == 1 ? fmt::format("layer {}", first)
+                                                        : fmt::format("layers {}-{}", first, last - 1));
+    if (end == static_cast<int>(items.size())) parts.push_back("norm and lm_head");
+    out += fmt::format("{}stage {}: {} ({} parameters)", out.empty() ? "" : "; ", s, fmt::join(parts, ", "), parameters);
+  }
+  return out;
+}
 
 at::ScalarType llama_training_dtype(const Config& config) {
   return config.bf16 ? at::kBFloat16 : config.fp16.enabled ? at::kHalf : at::kFloat;
@@ -97,10 +161,14 @@ std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Conf
   // holds the weights, as DeepSpeed does.
   const auto weights = file_weights(hf);
   if (grid) check_tensor_parallel_config(config.tensor_parallel, hf.config);
+  std::vector<int> bounds;
+  if (grid && grid->stages() > 1) {
+    bounds = pipeline::partition_stages(pipeline_items(hf.config), grid->stages(), config.pipeline.partition_method);
+  }
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
   return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid,
-                                          config.tensor_parallel.sequence_parallel);
+                                          config.tensor_parallel.sequence_parallel, bounds);
 }
 
 }  // namespace zero::llama

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "models/common/pipeline_stages.h"
 #include "models/common/trainable_model.h"
 #include "models/llama/hf_model_dir.h"
 
@@ -31,6 +32,13 @@ struct LlamaExportOptions {
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
                                                    const LlamaExportOptions& export_options = {},
                                                    bool partitioned = true, ParallelGrid* grid = nullptr);
+
+// The layer list pipeline parallelism cuts into stages: the embedding ("Embedding"), each decoder
+// layer ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"), the final norm with
+// lm_head ("LMHead"), with their parameter counts; and the stages `bounds` make of it, as
+// zero-train prints them ("stage 0: embedding, layers 0-2 (N parameters); stage 1: ...").
+std::vector<pipeline::Item> pipeline_items(const LlamaConfig& config);
+std::string describe_pipeline_stages(const LlamaConfig& config, const std::vector<int>& bounds);
 
 // The training dtype the engine will use for `config` (bf16, fp16, or fp32).
 at::ScalarType llama_training_dtype(const Config& config);

@@ -163,7 +163,7 @@ void World::State::connect(MPI_Comm comm, const CommunicatorOptions& with_option
   }
 }
 
-World World::split(int color) {
+World World::split(int color, const CommunicatorOptions* options) {
   if (!state_->distributed) {
     World one = single_process();
     one.state_->hosts = state_->hosts;
@@ -189,7 +189,7 @@ World World::split(int color) {
   state->process_rank = process_rank();
   state->process_local_rank = process_local_rank();
   state->place_on_nodes(keys);
-  state->connect(comm, state_->options);
+  state->connect(comm, options ? *options : state_->options);
   return World(std::move(state));
 }
 

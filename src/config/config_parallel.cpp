@@ -95,7 +95,8 @@ void read_pipeline(ObjectReader& root, PipelineConfig& out, Diagnostics& diag) {
   if (pp.has("pp_size")) given.push_back({pp.path_of("pp_size"), static_cast<int>(pp.get_int("pp_size", 1, 1, 1 << 20))});
   pp.finish();
   // DeepSpeed's "pipeline" block: what PipelineModule and the pipeline engine read.
-  ObjectReader block = root.child("pipeline", UnknownKeys::kRefuse);
+  // DeepSpeed merges the block into its defaults key by key (any key is taken).
+  ObjectReader block = root.child("pipeline", UnknownKeys::kIgnore);
   if (const nlohmann::json* stages = block.raw("stages"); stages && !(stages->is_string() && *stages == "auto")) {
     given.push_back({block.path_of("stages"), static_cast<int>(block.get_int("stages", 1, 1, 1 << 20))});
   } else {

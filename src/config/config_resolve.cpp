@@ -4,8 +4,6 @@
 #include <functional>
 #include <map>
 
-#include <fmt/core.h>
-
 #include "config/config_sections.h"
 #include "zero/error.h"
 
@@ -172,19 +170,19 @@ void Config::resolve(const AutoContext& ctx) {
   }
   if (pipeline.stages > 1) {
     if (data_parallel % pipeline.stages != 0) {
-      diag.problem(pipeline.key, fmt::format("{} stages do not divide the world size {}{}", pipeline.stages,
-                                             ctx.world_size,
-                                             tensor_parallel.size > 1
-                                                 ? fmt::format(" into {} tensor-parallel groups", data_parallel)
-                                                 : std::string()));
+      diag.problem(pipeline.key, std::to_string(pipeline.stages) + " stages do not divide the world size " +
+                                     std::to_string(ctx.world_size) +
+                                     (tensor_parallel.size > 1
+                                          ? " into " + std::to_string(data_parallel) + " tensor-parallel groups"
+                                          : std::string()));
     }
     data_parallel = std::max(1, data_parallel / pipeline.stages);
     // DeepSpeed's pipeline engine asserts the same: stage 2's reductions during backward and
     // stage 3's gathers do not fit its schedule.
     if (zero.stage >= 2) {
-      diag.problem("zero_optimization.stage", fmt::format("{} with pipeline parallelism ({} = {}): the pipeline "
-                                                          "trains with ZeRO stage 0 or 1, as DeepSpeed's does",
-                                                          zero.stage, pipeline.key, pipeline.stages));
+      diag.problem("zero_optimization.stage", std::to_string(zero.stage) + " with pipeline parallelism (" +
+                                                  pipeline.key + " = " + std::to_string(pipeline.stages) +
+                                                  "): the pipeline trains with ZeRO stage 0 or 1, as DeepSpeed's does");
     }
   }
   resolve_triad(*this, tbs, micro, gas, data_parallel, micro_auto, diag);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "zero/communicator.h"
@@ -72,13 +73,18 @@ void ParallelGrid::connect_stages(World& world) {
   if (stages == 1) return;
   const Place p = place_of(world, stages);
   const int alone = world.size() + world.rank();  // a color no other rank passes
+  // A link's sends must start at once and return (a stage sends and goes on to receive), so no
+  // consistency check (a collective of its own) and no cap on what is in flight.
+  CommunicatorOptions link_options;
+  link_options.check_consistency = false;
+  link_options.pieces_in_flight = std::numeric_limits<int>::max();
   // Each pair of neighbouring stages (s, s + 1) at one place gets two Worlds of its two ranks, one
   // per direction: pairs from even stages first, then from odd ones (every rank splits alike).
   for (int parity : {0, 1}) {
     const int lower = p.stage % 2 == parity ? p.stage : p.stage - 1;
     const bool paired = lower >= 0 && lower + 1 < stages;
     const int color = paired ? lower * p.block + p.place : alone;
-    World activations = world.split(color), gradients = world.split(color);
+    World activations = world.split(color, &link_options), gradients = world.split(color, &link_options);
     if (!paired) continue;
     // In each pair the lower stage is rank 0 (stages are blocks of consecutive ranks).
     if (lower == p.stage) {

@@ -13,6 +13,7 @@
 
 #include "checkpoint/safetensors_reader.h"
 #include "models/common/trainer.h"
+#include "tests/dist/dist_test_world.h"
 #include "tests/dist/scratch_dir.h"
 
 namespace llama_cases {
@@ -77,6 +78,16 @@ inline void expect_same_weights(const std::string& a_dir, const std::string& b_d
     ASSERT_EQ(bytes, b.tensor->end - b.tensor->begin) << what << ": " << tensor;
     EXPECT_EQ(std::memcmp(a.file->data(*a.tensor), b.file->data(*b.tensor), bytes), 0) << what << ": " << tensor << " changed";
   }
+}
+
+// The message of the error training with `o` raises, or "" when it trains.
+inline std::string refusal(const TrainerOptions& o) {
+  try {
+    train_model(o, test_world(), nullptr);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 struct Scratch : ScratchDir {

@@ -44,15 +44,6 @@ TrainerOptions split_options(const std::string& name, int stage, const std::stri
   return o;
 }
 
-// The message of the error training with `o` raises, or "" when it trains.
-std::string refusal(const TrainerOptions& o) {
-  try {
-    train_model(o, test_world(), nullptr);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 bool world_splits_in_two() { return test_world().size() % 2 == 0; }
 

@@ -28,7 +28,8 @@ check defaults 0 'zero_optimization\.allgather_bucket_size +500000000 +default' 
 check triad 0 'train_batch_size +16 +auto' -- "$bin/zero-config" check "$cfg/ds_zero3.json" --world-size 4 --hidden-size 8
 check unresolved_listed 0 'left unresolved' -- "$bin/zero-config" check "$cfg/ds_zero3.json"
 check unresolved_strict 1 'needs the model.s hidden size' -- "$bin/zero-config" check "$cfg/ds_zero3.json" --strict
-check pattern_c 1 'pipeline_parallel.pp_size: pipeline parallelism is not supported by zerocpp' -- "$bin/zero-config" check "$cfg/pattern_c_3d.json"
+check pattern_c 0 'valid for world size 64 \(pipeline 8 x tensor-parallel 8 x data-parallel 1: the batch counts data-parallel ranks, 16 micro-batches per step through the stages\)' -- \
+  "$bin/zero-config" check "$cfg/pattern_c_3d.json" --world-size 64
 printf '{"train_micro_batch_size_per_gpu": 4, "tensor_parallel": {"autotp_size": 2}}' > "$tmp/tp.json"
 check tensor_parallel 0 'valid for world size 8 \(tensor-parallel 2 x data-parallel 4: the batch counts data-parallel ranks\)' -- \
   "$bin/zero-config" check "$tmp/tp.json" --world-size 8

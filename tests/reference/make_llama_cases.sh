@@ -6,7 +6,8 @@
 # precision — which tests/dist/llama_trainer_test.cpp holds zerocpp to. llama_wide (8.4 M
 # parameters, 6 layers) is the one where many buckets and several stage-3 units are in flight.
 # llama_mha (4 key/value heads, a vocabulary of 98 and 110 MLP features) splits over 4
-# tensor-parallel ranks, unevenly along the vocabulary and the MLP.
+# tensor-parallel ranks, unevenly along the vocabulary and the MLP. llama_deep (5 layers, tied
+# embeddings) cuts into uneven pipeline stages, its embedding on the first and its lm_head on the last.
 #   tests/reference/make_llama_cases.sh OUT
 set -euo pipefail
 out=$1
@@ -39,6 +40,7 @@ cases=(
   "mistral_window|F16|3|{\"architectures\":[\"MistralForCausalLM\"],\"model_type\":\"mistral\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"sliding_window\":5,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float16\"}"
   "llama_wide|F32|3|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":8192,\"hidden_size\":256,\"intermediate_size\":704,\"num_hidden_layers\":6,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
   "llama_mha|F32|1|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":98,\"hidden_size\":64,\"intermediate_size\":110,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":4,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
+  "llama_deep|F32|1|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
   "qwen2_bias|F32|3|{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":2,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
 )
 # Every case's commands in one Python process (hf_llama.py batch: importing torch costs 1.4 s a

@@ -59,14 +59,44 @@ TEST(ConfigSeeds, PatternB) {
   EXPECT_FALSE(c.activation_checkpointing.partition_activations);
 }
 
-TEST(ConfigSeeds, PatternCTakesTensorParallelRejectsPipelineParallelAndWarnsOfPartitionedActivations) {
+TEST(ConfigSeeds, PatternCTakesTensorAndPipelineParallelism) {
+  // The seed's pattern C verbatim: 8 stages × 8 tensor-parallel ranks, so at 64 ranks one
+  // data-parallel rank, and the batch 1 × 16 micro-batches.
+  Config pattern_c = Config::parse_file(example_config("pattern_c_3d.json"));
+  EXPECT_EQ(pattern_c.tensor_parallel.size, 8);
+  EXPECT_EQ(pattern_c.pipeline.stages, 8);
+  EXPECT_EQ(pattern_c.pipeline.key, "pipeline_parallel.pp_size");
+  pattern_c.resolve({.world_size = 64});
+  EXPECT_EQ(pattern_c.world_size, 1);
+  EXPECT_EQ(pattern_c.train_batch_size, 16);
+  // DeepSpeed's own block says the same; sizes that disagree, or do not divide, are refused.
+  Config block = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+                                   "pipeline": {"stages": 2, "partition": "type:DecoderLayer", "activation_checkpoint_interval": 1,
+                                                "pipe_partitioned": false}})");
+  EXPECT_EQ(block.pipeline.stages, 2);
+  EXPECT_EQ(block.pipeline.partition_method, "type:DecoderLayer");
+  EXPECT_EQ(block.pipeline.activation_checkpoint_interval, 1);
+  EXPECT_FALSE(block.pipeline.pipe_partitioned);
+  EXPECT_TRUE(block.pipeline.grad_partitioned);
+  block.resolve({.world_size = 6});
+  EXPECT_EQ(block.world_size, 3);
   try {
-    Config::parse_file(example_config("pattern_c_3d.json"));
-    FAIL() << "pattern C accepted";
+    Config::parse(R"({"train_batch_size": 8, "pipeline": {"stages": 4}, "pipeline_parallel": {"pp_size": 2}})");
+    FAIL() << "two sizes";
   } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 1u) << e.what();
-    EXPECT_EQ(e.problems()[0], "pipeline_parallel.pp_size: pipeline parallelism is not supported by zerocpp");
+    EXPECT_EQ(e.problems()[0], "pipeline.stages: 4 differs from pipeline_parallel.pp_size = 2") << e.what();
   }
+  Config odd = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "pipeline_parallel": {"pp_size": 4}, "tensor_parallel": {"tp_size": 2}})");
+  try {
+    odd.resolve({.world_size = 12});
+    FAIL() << "12 ranks as 2 x 4";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems()[0], "pipeline_parallel.pp_size: 4 stages do not divide the world size 12 into 6 tensor-parallel groups")
+        << e.what();
+  }
+  Config stage3 = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}, "pipeline_parallel": {"pp_size": 2}})");
+  EXPECT_THROW(stage3.resolve({.world_size = 4}), ConfigError);
+  EXPECT_THROW(Config::parse(R"({"train_batch_size": 8, "pipeline": {"partition": "balanced"}})"), ConfigError);
   // Its tensor_parallel block alone: tp_size 8, the batch counted over world ÷ 8 ranks.
   Config tp = Config::parse(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
                                 "tensor_parallel": {"tp_size": 8}})");
