@@ -194,13 +194,18 @@ class MpiWatchdog : public Watchdog {
 }  // namespace
 
 std::unique_ptr<Watchdog> Watchdog::start(World& world, const WatchdogOptions& options) {
-  if (world.size() == 1 || !world.distributed()) return nullptr;
+  if (!world.distributed()) return nullptr;
   if (options.timeout_seconds <= 0 && options.warning_seconds <= 0) return nullptr;
+  // It watches the process, among all of MPI_COMM_WORLD's: an engine over a data-parallel group
+  // (tensor or pipeline parallelism) waits on the other groups' ranks too.
+  int processes = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &processes);
+  if (processes == 1) return nullptr;
   int provided = 0;
   MPI_Query_thread(&provided);
-  std::vector<std::string> hosts;
-  for (int r = 0; world.num_nodes() > 1 && r < world.size(); ++r) hosts.push_back(world.host(r));
-  return std::make_unique<MpiWatchdog>(options, world.rank(), world.size(), provided == MPI_THREAD_MULTIPLE,
+  std::vector<std::string> hosts;  // (names only what this world knows: every process's host, or none)
+  for (int r = 0; world.num_nodes() > 1 && world.size() == processes && r < world.size(); ++r) hosts.push_back(world.host(r));
+  return std::make_unique<MpiWatchdog>(options, world.process_rank(), processes, provided == MPI_THREAD_MULTIPLE,
                                        std::move(hosts));
 }
 
