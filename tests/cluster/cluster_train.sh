@@ -8,7 +8,8 @@
 #     stage (and for ZeRO++'s qwZ, hpZ, qgZ and all three at stage 3), exactly, and, summed over a host's ranks, the bytes the kernel counted on that host's
 #     link per step within 5 % (TCP/IP headers aside: 66 bytes a packet);
 #   - hpZ, qwZ and qgZ together train to the golden trajectory's bits (tests/golden);
-#   - tensor parallelism within the hosts and ZeRO-1 across: only the data-parallel bytes cross.
+#   - tensor parallelism within the hosts and ZeRO-1 across: only the data-parallel bytes cross;
+#   - the seed's pattern C scaled down (PP 2 x DP 2 x TP 2, a stage per host): only the stages' bytes cross.
 # ARGS: BIN_DIR SOURCE_DIR. Needs root; exits 77 (skipped) without it.
 source "$(dirname "$0")/common.sh"
 
@@ -150,6 +151,47 @@ JSON
   check "grep -q 'tensor-parallel 2 x data-parallel 2' $tmp/tp_8" "TP 2 x DP 2: the grid zero-train says"
   check_sent "TP 2 x DP 2" "$tmp/tp_8" $((4 * 44096 + 32))
   check_kernel "TP 2 x DP 2" "$tmp/tp_4" "$tmp/tp_8" $((4 * 44096 + 32))
+
+  # The seed's pattern C, its sizes scaled down (issue 40): PP 2 x DP 2 x TP 2 on 2 hosts x 4
+  # ranks, each stage on one host, llama_deep (5 layers, tied embeddings) in 4 micro-batches of
+  # 3 rows x 64 tokens. Only the stages' traffic crosses: per step, every stage-0 rank sends its
+  # half (pipe_partitioned) of 4 activations of 3 x 64 x 32 fp32 and the tied embedding's slice
+  # (48 x 32) to the last stage, every stage-1 rank the same sizes of gradients back; the pipeline
+  # pair's all-reduces of the gradient norm and the stop flag (one row each way: 16 bytes each),
+  # and the last stage's loss to the first (8).
+  cat >"$tmp/pattern_c.json" <<JSON
+{"zero_optimization": {"stage": 1, "overlap_comm": true, "contiguous_gradients": true},
+ "tensor_parallel": {"tp_size": 2}, "pipeline_parallel": {"pp_size": 2},
+ "gradient_accumulation_steps": 4, "train_micro_batch_size_per_gpu": 3, "gradient_clipping": 1.0,
+ "zero_allow_untested_optimizer": true, "optimizer": {"type": "AdamW", "params": {"lr": 1.5e-3}},
+ "activation_checkpointing": {"partition_activations": true, "contiguous_memory_optimization": true}}
+JSON
+  "$cluster" hostfile 4 >"$tmp/hosts2x4"
+  pc=(--model "$cases/llama_deep/model" --train-data "$cases/tokens.bin" --seq-len 64 --config "$tmp/pattern_c.json"
+      --activation-checkpointing --no-progress)
+  timeout 600 "$bin/zero-run" -n 8 "$bin/zero-train" "${pc[@]}" --steps 8 >"$tmp/pc_one_host" 2>&1 ||
+    { echo "one-host run failed"; cat "$tmp/pc_one_host"; fail=1; }
+  for steps in 4 8; do
+    "$cluster" bytes >"$tmp/pc_$steps.before"
+    timeout 600 "$cluster" exec zc-node1 "$bin/zero-run" --hostfile "$tmp/hosts2x4" "$bin/zero-train" "${pc[@]}" \
+      --steps $steps >"$tmp/pc_$steps" 2>&1 || { echo "run failed: pc_$steps"; cat "$tmp/pc_$steps"; fail=1; }
+    "$cluster" bytes >"$tmp/pc_$steps.after"
+  done
+  check "same_losses $tmp/pc_one_host $tmp/pc_8" "pattern C (PP 2 x DP 2 x TP 2): 2 hosts x 4 ranks follow 8 ranks on one host"
+  first=$((4 * 3 * 64 * 32 * 4 / 2 + 48 * 32 * 4 + 32)) last=$((4 * 3 * 64 * 32 * 4 / 2 + 48 * 32 * 4 + 32 + 8))
+  read -r -a sent <<<"$(sent_per_rank "$tmp/pc_8")"
+  check "[[ '${sent[*]:-}' == '$first $first $first $first $last $last $last $last' ]]" \
+    "pattern C: ranks send $first (stage 0) and $last (stage 1) bytes across nodes per step (said: ${sent[*]:-none})"
+  for h in zc-node1 zc-node2; do
+    read -r b0 p0 <<<"$(host_sent "$tmp/pc_4.before" $h)"
+    read -r b1 p1 <<<"$(host_sent "$tmp/pc_4.after" $h)"
+    read -r b2 p2 <<<"$(host_sent "$tmp/pc_8.before" $h)"
+    read -r b3 p3 <<<"$(host_sent "$tmp/pc_8.after" $h)"
+    kernel=$(( ((b3 - b2) - (b1 - b0) - 66 * ((p3 - p2) - (p1 - p0))) / 4 ))
+    said=$(( 4 * $([[ $h == zc-node1 ]] && echo $first || echo $last) ))
+    check "awk 'BEGIN{r=$kernel/$said; exit !(r > 0.95 && r < 1.05)}'" \
+      "pattern C: $h's link carried $kernel bytes per step, its 4 ranks said $said"
+  done
 else
   echo "FAILED: ZERO_LLAMA_CASES has no llama_mha (CTest's llama_cases fixture writes it)"; fail=1
 fi
