@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   double buffer_factor = 1.5, bandwidth = 0, device_memory = 0, host_memory = 0;
   bool checkpointing = false;
   int stage = -1;
-  int tensor_parallel = 1;
+  int tensor_parallel = 1, pipeline_stages = 1;
   std::string offload_optimizer = "none", offload_param = "none";
   app.add_option("--params", params_text, "parameters (7.5B, 2851M, ...)");
   app.add_option("--largest-layer", largest_text, "parameters of the largest layer (default: Ψ/100 cold; live: a block or wte)");
@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--ranks-per-node", per_node, "devices (ranks) per node")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--nodes", nodes, "nodes")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--tensor-parallel", tensor_parallel, "tensor-parallel group size (tensor_parallel.autotp_size)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--pipeline-parallel", pipeline_stages, "pipeline stages (pipeline_parallel.pp_size)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--buffer-factor", buffer_factor, "DeepSpeed's additional_buffer_factor for host memory")->capture_default_str();
@@ -115,6 +118,11 @@ int main(int argc, char** argv) {
     if (ranks % tensor_parallel != 0) {
       throw zero::Error(fmt::format("--tensor-parallel {} does not divide the {} ranks", tensor_parallel, ranks),
                         "--tensor-parallel");
+    }
+    if (ranks / tensor_parallel % pipeline_stages != 0) {
+      throw zero::Error(fmt::format("--pipeline-parallel {} does not divide the {} ranks into {} tensor-parallel groups",
+                                    pipeline_stages, ranks, ranks / tensor_parallel),
+                        "--pipeline-parallel");
     }
     fmt::print("{:.4g} parameters (largest layer {:.4g}) on {} node{} x {} device{} = {} ranks\n\n", params, largest, nodes,
                nodes == 1 ? "" : "s", per_node, per_node == 1 ? "" : "s", ranks);
@@ -158,24 +166,26 @@ int main(int argc, char** argv) {
                "without ZeRO)\n",
                p.baseline / 1e9, p.os / 1e9, p.os_g / 1e9, p.os_g_p / 1e9, p.baseline / params);
 
-    if (tensor_parallel > 1) {
-      // docs/tensor_parallel.md: each rank holds 1/TP of the weights (the norms, a vanishing share,
-      // whole on every rank), and ZeRO partitions that over the world / TP data-parallel ranks.
-      const double sliced = params / tensor_parallel;
-      const int data_parallel = ranks / tensor_parallel;
+    if (tensor_parallel > 1 || pipeline_stages > 1) {
+      // docs/tensor_parallel.md, docs/pipeline_parallel.md: each rank holds 1/TP of its stage's
+      // weights (the norms, a vanishing share, whole on every rank; the stages taken as equal),
+      // and ZeRO partitions that over the world / (TP × stages) data-parallel ranks.
+      const double sliced = params / tensor_parallel / pipeline_stages;
+      const int data_parallel = ranks / tensor_parallel / pipeline_stages;
       const est::PaperStates t = est::zero_paper(sliced, data_parallel);
-      fmt::print("With tensor parallelism {} ({} data-parallel ranks), per device (GB = 1e9; the norms counted as "
-                 "split):\n",
-                 tensor_parallel, data_parallel);
+      fmt::print("With {}tensor parallelism {} ({} data-parallel ranks), per device (GB = 1e9; the norms counted as "
+                 "split{}):\n",
+                 pipeline_stages > 1 ? fmt::format("{} pipeline stages, ", pipeline_stages) : "", tensor_parallel,
+                 data_parallel, pipeline_stages > 1 ? ", the stages equal" : "");
       fmt::print("  baseline (DDP) {:.2f} | P_os {:.2f} | P_os+g {:.2f} | P_os+g+p {:.2f}\n", t.baseline / 1e9, t.os / 1e9,
                  t.os_g / 1e9, t.os_g_p / 1e9);
       for (int k : {0, 1, 2, 3}) {
         fmt::print("{} stage {}: data-parallel {:.3f} GB sent per step and rank\n", k == stage ? ">" : " ", k,
                    est::comm_bytes_per_step(sliced, data_parallel, k, dtype_bytes) / 1e9);
       }
-      if (shape) {
+      if (shape && tensor_parallel > 1) {
         // Megatron's all-reduces of B×T×C per micro-step: two per block each way, the embedding's
-        // and the lm_head input's.
+        // and the lm_head input's (all the layers': with stages, a stage makes its share of them).
         const double tokens = static_cast<double>(micro) * (seq > 0 ? seq : shape->max_seq);
         const double message = (4.0 * shape->layers + 2) * tokens * shape->channels * dtype_bytes;
         fmt::print("  tensor-parallel all-reduces per micro-step and rank: {:.3f} GB of messages, {:.3f} GB sent\n",
