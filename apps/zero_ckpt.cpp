@@ -107,6 +107,11 @@ int main(int argc, char** argv) {
         {"bf16", zero::checkpoint::OutputDtype::kBf16},
         {"fp16", zero::checkpoint::OutputDtype::kFp16}};
     options.dtype = dtypes.at(dtype);
+    if (zero::checkpoint::StagedCheckpoint(options.dir, options.tag).stages() > 1) {
+      throw zero::Error(options.dir + ": saved in pipeline stages; consolidating one is not built yet (resume it at "
+                                      "one stage with zero-train --resume, then save)",
+                        options.dir);
+    }
     zero::checkpoint::CheckpointParts reader(options.dir, options.tag);  // a tensor-parallel one's slices joined
     if (format == "llmc" && options.dtype != zero::checkpoint::OutputDtype::kFp32)
       throw zero::Error("--format llmc writes fp32 (llm.c's version 3)", "--dtype");

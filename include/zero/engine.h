@@ -265,6 +265,8 @@ class Engine {
   // tensor-parallel block of the manifest (JSON text; empty without tensor parallelism).
   void save_partitions(const std::string& root, const std::string& tag, const std::string& client_state,
                        const std::string& slices);
+  // This pipeline stage's (or the whole model's) part of save_checkpoint, into DIR.
+  void save_stage(const std::string& dir, const std::string& tag, const std::string& client_state);
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -16,6 +16,10 @@ std::string tensor_parallel_root(const std::string& dir, int rank, int size) {
   return (fs::path(dir) / ("tensor_parallel_" + std::to_string(rank) + "_of_" + std::to_string(size))).string();
 }
 
+std::string pipeline_root(const std::string& dir, int stage, int stages) {
+  return (fs::path(dir) / ("pipeline_" + std::to_string(stage) + "_of_" + std::to_string(stages))).string();
+}
+
 namespace {
 
 std::string trimmed(const std::string& text) {
@@ -187,6 +191,54 @@ void CheckpointParts::read_whole(int param, const std::string& kind, float* out)
     for (int64_t o = 0; o < outer; ++o)
       std::copy_n(values.data() + o * length * inner, length * inner, out + (o * first.whole + start) * inner);
   }
+}
+
+StagedCheckpoint::StagedCheckpoint(const std::string& dir, const std::string& requested) {
+  const std::string tag = requested.empty() ? trimmed(read_text_file((fs::path(dir) / "latest").string()))
+                                            : requested;
+  check_tag(tag);
+  std::vector<int> sizes;  // p of every DIR/pipeline_0_of_<p> holding the tag (plainly or in parts)
+  std::error_code ec;
+  int seen = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && seen < 100000; it.increment(ec), ++seen) {
+    const std::string name = it->path().filename().string(), prefix = "pipeline_0_of_";
+    if (name.rfind(prefix, 0) != 0 || name.size() > prefix.size() + 4) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits[0] == '0') continue;
+    if (fs::exists(it->path() / "latest", ec)) sizes.push_back(std::stoi(digits));
+  }
+  if (sizes.empty()) {  // saved without stages
+    stages_.push_back(std::make_unique<CheckpointParts>(dir, tag));
+    return;
+  }
+  if (sizes.size() > 1)
+    throw Error(dir + ": checkpoints are saved there at " + std::to_string(sizes[0]) + " and " +
+                    std::to_string(sizes[1]) + " pipeline stages: remove one",
+                dir);
+  for (int s = 0; s < sizes[0]; ++s) {
+    stages_.push_back(std::make_unique<CheckpointParts>(pipeline_root(dir, s, sizes[0]), tag));
+    const CheckpointParts& mine = *stages_.back();
+    const CheckpointParts& first = *stages_.front();
+    if (mine.manifest().value("counters", json()) != first.manifest().value("counters", json()))
+      throw Error(mine.manifest_path() + ": its counters differ from " + first.manifest_path() +
+                      "'s (stages of two saves?)",
+                  mine.manifest_path());
+  }
+}
+
+std::pair<int, int> StagedCheckpoint::find(const std::string& name) const {
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const int j = stages_[s]->find(name);
+    if (j >= 0) return {static_cast<int>(s), j};
+  }
+  return {-1, -1};
+}
+
+std::vector<std::string> StagedCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& stage : stages_)
+    for (int j = 0; j < stage->num_params(); ++j) out.push_back(stage->name(j));
+  return out;
 }
 
 }  // namespace zero::checkpoint

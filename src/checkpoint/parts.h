@@ -16,6 +16,9 @@ namespace zero::checkpoint {
 
 // Where tensor-parallel member `rank` of `size` keeps its part of every checkpoint in DIR.
 std::string tensor_parallel_root(const std::string& dir, int rank, int size);
+// Where pipeline stage `stage` of `stages` keeps its checkpoints in DIR (each a plain or a
+// tensor-parallel one, of the stage's parameters; docs/pipeline_parallel.md).
+std::string pipeline_root(const std::string& dir, int stage, int stages);
 
 // A saved parameter's slice: along `dim` (-1: the whole parameter), from `start`, of a whole
 // parameter `whole` long along that dimension (its element count when whole).
@@ -55,6 +58,23 @@ class CheckpointParts {
     std::vector<SavedSlice> slices;  // per saved parameter
   };
   std::vector<Part> parts_;
+};
+
+// A checkpoint as its pipeline stages' parts: one CheckpointParts per stage it was saved at
+// (DIR/pipeline_<s>_of_<p>/..., each holding other parameters), or the one of a checkpoint saved
+// without stages. The stages must be parts of one save (the same counters).
+class StagedCheckpoint {
+ public:
+  StagedCheckpoint(const std::string& dir, const std::string& tag = "");
+  size_t stages() const { return stages_.size(); }
+  CheckpointParts& stage(size_t s) { return *stages_[s]; }
+  const CheckpointParts& stage(size_t s) const { return *stages_[s]; }
+  // The stage holding parameter `name` and its index there; {-1, -1} when none does.
+  std::pair<int, int> find(const std::string& name) const;
+  std::vector<std::string> names() const;  // every stage's, in stage order
+
+ private:
+  std::vector<std::unique_ptr<CheckpointParts>> stages_;
 };
 
 }  // namespace zero::checkpoint

@@ -49,17 +49,22 @@ std::string saved_cpu_rng_state(const checkpoint::CheckpointReader& reader, int 
 
 // Collective error agreement over the data-parallel group and then the tensor-parallel group
 // (when there is one), so that every rank of the world learns of an error on any, and throws.
-void agree_everywhere(Communicator& data_parallel, World* tensor_parallel, const std::string& error, int rank,
-                      const std::string& what) {
-  if (!tensor_parallel) return agree(data_parallel, error, rank, what);
+// Over the data-parallel group, then the tensor-parallel and pipeline groups (null: none): a
+// minimum over each dimension of the grid in turn is the minimum over all of it.
+void agree_everywhere(Communicator& data_parallel, World* tensor_parallel, World* pipeline, const std::string& error,
+                      int rank, const std::string& what) {
+  if (!tensor_parallel && !pipeline) return agree(data_parallel, error, rank, what);
   // The first failing rank (by its data-parallel rank) as zero::agree names it.
   at::Tensor first = at::full({1}, error.empty() ? INT_MAX : rank, at::kInt);
   data_parallel.all_reduce(first, ReduceOp::kMin, {.async = false});
-  tensor_parallel->communicator().all_reduce(first, ReduceOp::kMin, {.async = false});
+  if (tensor_parallel) tensor_parallel->communicator().all_reduce(first, ReduceOp::kMin, {.async = false});
+  if (pipeline) pipeline->communicator().all_reduce(first, ReduceOp::kMin, {.async = false});
   const int failed = first.item<int>();
   if (failed == INT_MAX) return;
   if (!error.empty()) throw Error(error, what, rank);
-  throw Error(what + " failed on data-parallel rank " + std::to_string(failed) + " of a tensor-parallel member (its error is printed there)", what, rank);
+  throw Error(what + " failed on data-parallel rank " + std::to_string(failed) +
+                  " of another tensor-parallel member or pipeline stage (its error is printed there)",
+              what, rank);
 }
 
 void set_cpu_rng_state(const std::string& bytes) {
@@ -88,9 +93,36 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
   State& s = *state_;
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
   check_tag(tag);
+  if (s.pipeline) {
+    // Pipeline parallelism: each stage saves its parameters as a checkpoint of its own (plain or
+    // in tensor-parallel parts), DIR/pipeline_<s>_of_<p>/...; DIR/latest names the tag once
+    // every stage's is complete.
+    std::string error;
+    try {
+      save_stage(checkpoint::pipeline_root(dir, s.pipeline->rank(), s.pipeline->size()), tag, client_state);
+    } catch (const std::exception& e) {
+      error = e.what();  // its stage agreed on it
+    }
+    agree(s.pipeline->communicator(), error, s.pipeline->rank(), "save_checkpoint");
+    if (s.world.process_rank() == 0) {
+      try {
+        checkpoint::write_file_atomically((fs::path(dir) / "latest").string(), tag + "\n");
+      } catch (const std::exception& e) {
+        error = dir + ": cannot complete checkpoint " + tag + ": " + e.what();
+      }
+    }
+    agree_everywhere(s.comm, s.tensor_parallel, s.pipeline, error, s.world.rank(), "save_checkpoint");
+    return tag;
+  }
+  save_stage(dir, tag, client_state);
+  return tag;
+}
+
+void Engine::save_stage(const std::string& dir, const std::string& tag, const std::string& client_state) {
+  State& s = *state_;
   if (!s.tensor_parallel) {
     save_partitions(dir, tag, client_state, "");
-    return tag;
+    return;
   }
   // Tensor parallelism: each member's data-parallel group saves its slices into a checkpoint of
   // its own, DIR/tensor_parallel_<t>_of_<n>/TAG, whose manifest says where each slice sits in the
@@ -113,8 +145,7 @@ std::string Engine::save_checkpoint(const std::string& dir, const std::string& r
       error = dir + ": cannot complete checkpoint " + tag + ": " + e.what();
     }
   }
-  agree_everywhere(s.comm, &group, error, s.world.rank(), "save_checkpoint");
-  return tag;
+  agree_everywhere(s.comm, &group, nullptr, error, s.world.rank(), "save_checkpoint");
 }
 
 void Engine::save_partitions(const std::string& dir, const std::string& tag, const std::string& client_state,
@@ -251,7 +282,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   State& s = *state_;
   const int rank = s.world.rank();
   if (!options.tag.empty()) check_tag(options.tag);
-  std::unique_ptr<checkpoint::CheckpointParts> parts;
+  std::unique_ptr<checkpoint::StagedCheckpoint> saved;  // every stage's parts (one stage: the whole model's)
   std::string error;
   std::vector<std::pair<std::string, int>> targets;  // (state kind's name, our state index)
   // Where each range this rank fills comes from: one saved fragment read as it is (the same
@@ -265,6 +296,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   struct Read {
     int param;  // ours
     layout::Fragment mine;
+    int stage = 0;               // the saved pipeline stage holding it
     int part = 0, saved = -1;    // read as it is, when `pieces` is empty
     int dim = -1;                // else along this dimension,
     std::vector<Piece> pieces;   // from these
@@ -274,23 +306,20 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   const int members = s.tensor_parallel ? s.tensor_parallel->size() : 1;
   const int member = s.tensor_parallel ? s.tensor_parallel->rank() : 0;
   try {
-    parts = std::make_unique<checkpoint::CheckpointParts>(dir, options.tag);
-    checkpoint::CheckpointReader& r = parts->part(0);
-    const std::string& manifest_path = r.manifest_path();
-    // Parameters by name, both ways.
+    saved = std::make_unique<checkpoint::StagedCheckpoint>(dir, options.tag);
+    const std::string manifest_path = saved->stage(0).manifest_path();
+    // Parameters by name, both ways (a pipeline stage holds only its own: the others' are not
+    // unexpected).
     std::vector<std::string> missing, unexpected;
     std::set<std::string> ours(s.param_names.begin(), s.param_names.end());
-    std::vector<int> source_of(s.param_names.size(), -1);  // saved parameter of each of ours
+    std::vector<std::pair<int, int>> source_of(s.param_names.size(), {-1, -1});  // saved (stage, parameter) of each of ours
     for (size_t i = 0; i < s.param_names.size(); ++i) {
-      const int j = r.find(s.param_names[i]);
-      if (j < 0) {
-        missing.push_back(s.param_names[i]);
-        continue;
-      }
-      source_of[i] = j;
+      source_of[i] = saved->find(s.param_names[i]);
+      if (source_of[i].second < 0) missing.push_back(s.param_names[i]);
     }
-    for (int j = 0; j < r.num_params(); ++j) {
-      if (!ours.count(r.name(j))) unexpected.push_back(r.name(j));
+    if (!s.pipeline) {
+      for (const std::string& name : saved->names())
+        if (!ours.count(name)) unexpected.push_back(name);
     }
     if (options.strict && (!missing.empty() || !unexpected.empty())) {
       std::string list;
@@ -302,7 +331,9 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     const std::vector<std::string> names = s.partition->state_names();
     for (size_t k = 0; k < names.size(); ++k) {
       if (names[k] != "master" && (options.load_module_only || !options.load_optimizer_states)) continue;
-      if (!parts->has_kind(names[k]))
+      bool everywhere = true;
+      for (size_t g = 0; g < saved->stages(); ++g) everywhere = everywhere && saved->stage(g).has_kind(names[k]);
+      if (!everywhere)
         throw Error(manifest_path + ": the checkpoint has no optimizer state \"" + names[k] +
                         "\" (it was saved with another optimizer); load with load_optimizer_states = false",
                     manifest_path);
@@ -312,13 +343,15 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
     for (size_t i = 0; i < s.param_names.size(); ++i) {
       auto mine = s.flat->layout().fragment(static_cast<int>(i), s.partition->owner_rank());
-      const int j = source_of[i];
+      const auto [stage, j] = source_of[i];
       if (!mine || j < 0) continue;
+      checkpoint::CheckpointParts* parts = &saved->stage(static_cast<size_t>(stage));
       const std::vector<int64_t> shape = s.flat->params()[i].sizes().vec();
       const engine::ParameterSlice& slice = s.slices[i];
       Read read;
       read.param = static_cast<int>(i);
       read.mine = *mine;
+      read.stage = stage;
       // The same slice as saved (or whole on both sides): read as it is, from its part.
       for (size_t p = 0; p < parts->size() && read.saved < 0; ++p) {
         const checkpoint::SavedSlice& saved = parts->slice(p, j);
@@ -370,12 +403,15 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       reads.push_back(std::move(read));
     }
     // Random states come back at the layout they were saved at.
-    if (!options.load_module_only && static_cast<int>(parts->size()) == members)
-      rng = saved_cpu_rng_state(parts->part(static_cast<size_t>(member)), rank, s.world.size());
+    const int stages = s.pipeline ? s.pipeline->size() : 1, stage = s.pipeline ? s.pipeline->rank() : 0;
+    if (!options.load_module_only && static_cast<int>(saved->stages()) == stages &&
+        static_cast<int>(saved->stage(static_cast<size_t>(stage)).size()) == members)
+      rng = saved_cpu_rng_state(saved->stage(static_cast<size_t>(stage)).part(static_cast<size_t>(member)), rank,
+                                s.world.size());
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree_everywhere(s.comm, s.tensor_parallel, error, rank, "load_checkpoint");
+  agree_everywhere(s.comm, s.tensor_parallel, s.pipeline, error, rank, "load_checkpoint");
   try {  // what was verified; only an I/O error from here on
     // State by state, in pieces of the owned buffer (the whole of it in memory, a tile on NVMe):
     // each fragment's part inside the piece.
@@ -388,6 +424,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
           const int64_t lo = std::max(first, offset), hi = std::min(first + count, offset + length);
           if (lo >= hi) continue;
           const int64_t begin = read.mine.param_begin + (lo - first), end = read.mine.param_begin + (hi - first);
+          checkpoint::CheckpointParts* parts = &saved->stage(static_cast<size_t>(read.stage));
           if (read.pieces.empty()) {
             checkpoint::CheckpointReader& r = parts->part(static_cast<size_t>(read.part));
             r.read(read.saved, r.kind(kind_name), begin, end, out + (lo - offset));
@@ -416,8 +453,8 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree_everywhere(s.comm, s.tensor_parallel, error, rank, "load_checkpoint");
-  const json& m = parts->manifest();
+  agree_everywhere(s.comm, s.tensor_parallel, s.pipeline, error, rank, "load_checkpoint");
+  const json& m = saved->stage(0).manifest();
   s.partition->sync_parameters(/*master_changed=*/true);
   s.buckets->forget_secondaries();  // hpZ: they hold the weights before the load
   s.buckets->zero();
@@ -425,6 +462,15 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     const json& c = m.at("counters");
     s.global_steps = c.at("global_steps");
     s.micro_steps = c.at("micro_steps");
+    // Saved on an accumulation boundary (as a trainer saves): the next step starts afresh at
+    // this config's accumulation, which may differ from the save's (another data-parallel size,
+    // or the pipeline's micro-batches). Saved in the middle of one: resumed where it stopped.
+    const json saved_accumulation = m.value("config", json::object()).value("gradient_accumulation_steps", json());
+    if (saved_accumulation.is_number_integer() && saved_accumulation.get<int64_t>() > 0 &&
+        s.micro_steps % saved_accumulation.get<int64_t>() == 0 &&
+        s.micro_steps / saved_accumulation.get<int64_t>() == s.global_steps) {
+      s.micro_steps = s.global_steps * s.config.gradient_accumulation_steps;
+    }
     s.skipped_steps = c.at("skipped_steps");
     if (options.load_optimizer_states) s.applied_steps = c.at("applied_steps");
     if (options.load_lr_scheduler_states)
