@@ -241,7 +241,6 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
     if (pipelined) {
       // (Not built yet for pipelines: what reads or writes the whole model, or runs it forward only.)
       const std::pair<bool, const char*> refused[] = {
-          {!options.export_path.empty(), "--export"},
           {options.eval_every > 0, "--eval-every"},
           {options.sample_every > 0, "--sample-every"}};
       for (const auto& [asked, what] : refused) {

@@ -160,15 +160,42 @@ void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohman
     split_dims.push_back(dim);
     entries.push_back({name, d, shape, bytes});
   }
-  // The first tensor-parallel member writes, on the data-parallel rank visit_whole_parameters
-  // calls back on (0). Its write errors are kept, not thrown, so that the other members' slices
-  // still meet it in every broadcast; all ranks learn of them at the end.
-  const bool writes = place.rank == 0;
+  // Pipeline parallelism: every stage's tensors, in stage order (each stage computes its own list;
+  // its ranks all hold the same, so every pipeline group exchanges the same lists).
+  World* pipeline = options.pipeline && options.pipeline->size() > 1 ? options.pipeline : nullptr;
+  const int stage = pipeline ? pipeline->rank() : 0, stages = pipeline ? pipeline->size() : 1;
+  std::vector<std::vector<checkpoint::SafetensorsEntry>> staged(static_cast<size_t>(stages));
+  staged[static_cast<size_t>(stage)] = entries;
+  for (int s = 0; pipeline && s < stages; ++s) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : staged[static_cast<size_t>(s)]) list.push_back({e.name, e.dtype, e.shape, e.bytes});
+    std::string text = list.dump();
+    at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
+    pipeline->communicator().broadcast(length, s, {.async = false});
+    at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
+    if (s == stage) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+    pipeline->communicator().broadcast(bytes, s, {.async = false});
+    if (s == stage) continue;
+    staged[static_cast<size_t>(s)].clear();
+    const auto received = nlohmann::json::parse(
+        std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(length.item<int64_t>())));
+    for (const auto& e : received)
+      staged[static_cast<size_t>(s)].push_back({e[0].get<std::string>(), e[1].get<std::string>(),
+                                                e[2].get<std::vector<int64_t>>(), e[3].get<uint64_t>()});
+  }
+  std::vector<checkpoint::SafetensorsEntry> all;
+  for (const auto& list : staged) all.insert(all.end(), list.begin(), list.end());
+  // The first stage's first tensor-parallel member writes, on the data-parallel rank
+  // visit_whole_parameters calls back on (0). Its write errors are kept, not thrown, so that the
+  // other members' slices (and stages' tensors) still meet it in every broadcast; all ranks learn
+  // of them at the end.
+  const bool writes = place.rank == 0 && stage == 0 && world.rank() == 0;
   std::string write_error;
-  // Every tensor of the model, each once (tied weights are one parameter to the engine).
+  // Every tensor of the model, each once (tied weights are one parameter to the engine; a last
+  // stage's copy of a tied embedding is not one).
   std::set<std::string> expected;
   for (const HfTensor& t : llama_tensors(model.config)) expected.insert(t.name);
-  for (const auto& e : entries) {
+  for (const auto& e : all) {
     if (!expected.erase(e.name))
       throw Error("the engine holds a parameter " + e.name + " that is not part of the Hugging Face model", e.name);
   }
@@ -181,56 +208,75 @@ void write_hf_model(Engine& engine, const LlamaForCausalLM& model, const nlohman
   // transformers finds tensors by name, so the order within and across files does not matter.
   std::unique_ptr<checkpoint::HfDirectoryWriter> writer;
   auto open = [&] {
-    if (!writer) writer = std::make_unique<checkpoint::HfDirectoryWriter>(options.out_dir, entries, options.max_shard_bytes);
+    if (!writer) writer = std::make_unique<checkpoint::HfDirectoryWriter>(options.out_dir, all, options.max_shard_bytes);
+  };
+  auto append = [&](const at::Tensor& whole) {
+    if (!writes || !write_error.empty()) return;
+    try {
+      open();
+      writer->append(whole.data_ptr(), static_cast<uint64_t>(whole.nbytes()));
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
   };
   auto finish_files = [&] {
-    open();
-    writer->add_file("config.json", export_llama_config(config_json, torch_dtype_name(dtype)).dump(2) + "\n");
-    if (!options.source_dir.empty()) {
-      for (const auto& name : hf_side_files()) {
-        const fs::path from = fs::path(options.source_dir) / name;
-        if (fs::exists(from)) writer->add_file(name, checkpoint::read_text_file(from.string()));
+    if (!writes || !write_error.empty()) return;
+    try {
+      open();
+      writer->add_file("config.json", export_llama_config(config_json, torch_dtype_name(dtype)).dump(2) + "\n");
+      if (!options.source_dir.empty()) {
+        for (const auto& name : hf_side_files()) {
+          const fs::path from = fs::path(options.source_dir) / name;
+          if (fs::exists(from)) writer->add_file(name, checkpoint::read_text_file(from.string()));
+        }
+      }
+      writer->finish();
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
+  };
+  // The ranks that move a later stage's tensors to the first: one per stage, the first
+  // tensor-parallel member on data-parallel rank 0 (the writer among them).
+  const bool relays = pipeline && place.rank == 0 && world.rank() == 0;
+  for (int s = 0; s < stages; ++s) {
+    if (s == stage) {
+      engine.visit_whole_parameters(
+          [&](size_t i, const at::Tensor& value) {
+            at::Tensor whole = value;
+            if (const int dim = split_dims[i]; dim >= 0) {
+              // Every member's slice, broadcast by its holder, into the whole tensor.
+              const std::vector<int64_t>& shape = entries[i].shape;
+              whole = at::empty(shape, value.options());
+              for (int t = 0; t < place.size; ++t) {
+                const SliceRange r = slice_range(shape[static_cast<size_t>(dim)], t, place.size);
+                std::vector<int64_t> slice_shape = shape;
+                slice_shape[static_cast<size_t>(dim)] = r.length;
+                at::Tensor slice = t == place.rank ? value.contiguous() : at::empty(slice_shape, value.options());
+                place.group->broadcast(slice, t, {.async = false});
+                whole.narrow(dim, r.start, r.length).copy_(slice);
+              }
+            }
+            if (relays && s > 0) pipeline->communicator().broadcast(whole.contiguous(), s, {.async = false});
+            append(whole);
+          },
+          [] {}, 0, "export to " + options.out_dir);
+    } else if (relays && s > 0) {
+      // A later stage's tensors to the first (every stage's relay joins the broadcast), in the
+      // order that stage's engine visits them (its entries').
+      for (const auto& e : staged[static_cast<size_t>(s)]) {
+        at::Tensor whole = at::empty(e.shape, at::TensorOptions().dtype(params.front().dtype));
+        pipeline->communicator().broadcast(whole, s, {.async = false});
+        append(whole);
       }
     }
-    writer->finish();
-  };
-  engine.visit_whole_parameters(
-      [&](size_t i, const at::Tensor& value) {
-        at::Tensor whole = value;
-        if (const int dim = split_dims[i]; dim >= 0) {
-          // Every member's slice, broadcast by its holder, into the whole tensor.
-          const std::vector<int64_t>& shape = entries[i].shape;
-          whole = at::empty(shape, value.options());
-          for (int t = 0; t < place.size; ++t) {
-            const SliceRange r = slice_range(shape[static_cast<size_t>(dim)], t, place.size);
-            std::vector<int64_t> slice_shape = shape;
-            slice_shape[static_cast<size_t>(dim)] = r.length;
-            at::Tensor slice = t == place.rank ? value.contiguous() : at::empty(slice_shape, value.options());
-            place.group->broadcast(slice, t, {.async = false});
-            whole.narrow(dim, r.start, r.length).copy_(slice);
-          }
-        }
-        if (!writes || !write_error.empty()) return;
-        try {
-          open();
-          writer->append(whole.data_ptr(), static_cast<uint64_t>(whole.nbytes()));
-        } catch (const std::exception& e) {
-          write_error = e.what();
-        }
-      },
-      [&] {
-        if (!writes || !write_error.empty()) return;
-        try {
-          finish_files();
-        } catch (const std::exception& e) {
-          write_error = e.what();
-        }
-      },
-      0, "export to " + options.out_dir);
-  // Every rank learns of a write error: over its data-parallel group, then its tensor-parallel one.
+  }
+  finish_files();
+  // Every rank learns of a write error: over its data-parallel group, then its tensor-parallel
+  // and pipeline ones.
   at::Tensor failed = at::full({1}, write_error.empty() ? 0 : 1, at::kInt);
   world.communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
   if (place.group) place.group->all_reduce(failed, ReduceOp::kMax, {.async = false});
+  if (pipeline) pipeline->communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
   if (failed.item<int>() != 0) {
     throw Error(write_error.empty() ? "export to " + options.out_dir + " failed on the writing rank" : write_error,
                 options.out_dir);

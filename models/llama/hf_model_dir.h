@@ -51,6 +51,9 @@ struct HfExportOptions {
   std::string out_dir;
   std::string source_dir;        // the input model directory (side files copied from it), or empty
   uint64_t max_shard_bytes = 0;  // 0: one model.safetensors
+  // Pipeline parallelism: this rank's pipeline group (ParallelGrid::pipeline). The first stage
+  // writes, the others send it their tensors stage by stage. Null: one stage.
+  World* pipeline = nullptr;
 };
 
 // Collective: every rank calls it. Rank 0 writes the directory; every rank raises the error if

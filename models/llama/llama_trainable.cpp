@@ -72,7 +72,12 @@ class LlamaTrainable : public models::TrainableModel {
             .pipeline = grid_ && grid_->stages() > 1 ? &grid_->pipeline() : nullptr};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
-    write_hf_model(engine, model_, config_json_, {path, source_dir_, options_.max_shard_bytes}, world);
+    write_hf_model(engine, model_, config_json_,
+                   {.out_dir = path,
+                    .source_dir = source_dir_,
+                    .max_shard_bytes = options_.max_shard_bytes,
+                    .pipeline = grid_ && grid_->stages() > 1 ? &grid_->pipeline() : nullptr},
+                   world);
   }
 
  private:

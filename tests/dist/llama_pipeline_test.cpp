@@ -147,9 +147,9 @@ TEST_F(LlamaCases, PipelineRefusalsNameTheKeyAndTheNumbers) {
   EXPECT_NE(pattern.find("\"type:mamba\" matches no layer"), std::string::npos) << pattern;
   const std::string sizes = refusal(pipeline_options("llama_gqa", 1, "sgd", pp2, 4, R"("pipeline": {"stages": 4})"));
   EXPECT_NE(sizes.find("pipeline.stages: 4 differs from pipeline_parallel.pp_size = 2"), std::string::npos) << sizes;
-  TrainerOptions exporting = pipeline_options("llama_gqa", 1, "sgd", pp2, 4);
-  exporting.export_path = "/tmp/zero_pipeline_not_exported";
-  EXPECT_NE(refusal(exporting).find("--export with pipeline parallelism: not built yet"), std::string::npos);
+  TrainerOptions evaluating = pipeline_options("llama_gqa", 1, "sgd", pp2, 4);
+  evaluating.eval_every = 1;
+  EXPECT_NE(refusal(evaluating).find("--eval-every with pipeline parallelism: not built yet"), std::string::npos);
   TrainerOptions gpt;
   gpt.config_text = config(1, "sgd", layout_config(pp2));
   gpt.steps = 1;
@@ -188,5 +188,23 @@ TEST_F(LlamaCases, PipelineCheckpointsResumeAtAnyLayout) {
       EXPECT_NEAR(resumed[i], unbroken[i + 3], 1e-6)
           << "saved at PP " << saved_at.stages << " x TP " << saved_at.tensor_parallel << ", resumed at PP " << l.stages
           << " x TP " << l.tensor_parallel << ", step " << i + 4;
+  }
+}
+
+// Loaded in stages (each stage builds only its layers, each tensor-parallel member its slices),
+// exported whole: the first stage writes every stage's tensors, joined from their slices — the
+// input's files bit for bit (llama_deep: fp32, tied embeddings held once).
+TEST_F(LlamaCases, PipelineLoadThenExportIsBitwise) {
+  if (layouts().empty()) GTEST_SKIP() << "layouts at 2 and 4 ranks";
+  for (const Layout& l : layouts()) {
+    Scratch scratch;
+    TrainerOptions o = pipeline_options("llama_deep", 1, "sgd", l, 2);
+    o.steps = 0;
+    o.export_path = (scratch.root / "exported").string();
+    train_model(o, test_world(), nullptr);
+    test_world().communicator().barrier({.async = false});
+    expect_same_weights((cases_dir() / "llama_deep" / "model").string(), o.export_path,
+                        "PP " + std::to_string(l.stages) + " x TP " + std::to_string(l.tensor_parallel));
+    test_world().communicator().barrier({.async = false});
   }
 }
