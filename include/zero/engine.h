@@ -101,14 +101,15 @@ struct ParamGroup {
   double weight_decay = 0;
 };
 
-// Tensor parallelism beside ZeRO (zero/tensor_parallel.h): the engine's world is then the
+// Model parallelism beside ZeRO: tensor parallelism (zero/tensor_parallel.h) and pipeline stages
+// (zero/pipeline.h). With tensor parallelism the engine's world is the
 // data-parallel group, and this names the tensor-parallel group and, for each parameter (by the
 // engine's name), the dimension its slices split it along, or -1 for one every member holds whole
 // and alike (norms, biases after a row-parallel layer). The gradient norm adds each member's
 // slices once and the whole ones once; an fp16 overflow on any member skips the step on all.
 // Checkpoints name every slice by its place in the whole parameter, so they load at any
 // tensor-parallel size (docs/tensor_parallel.md).
-struct TensorParallelOptions {
+struct ModelParallelOptions {
   World* group = nullptr;  // null (or a group of one): no tensor parallelism
   std::function<int(const std::string& name)> split_dim;
   // The group's collectives as the model's layers make them (ParallelGrid::layer_stats): the comms
@@ -135,7 +136,7 @@ class Engine {
   // have an "optimizer" block. The module must outlive the engine.
   // With tensor parallelism, `world` is this rank's data-parallel group.
   Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups = {},
-         const TensorParallelOptions& tensor_parallel = {});
+         const ModelParallelOptions& tensor_parallel = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -64,8 +64,8 @@ class TrainableModel {
   virtual nlohmann::json client_state() const = 0;
   // Collective: writes the trained weights to `path` in the model's own format.
   virtual void export_to(Engine& engine, World& world, const std::string& path) = 0;
-  // What the engine needs to know of the model's tensor-parallel split (none by default).
-  virtual TensorParallelOptions tensor_parallel() const { return {}; }
+  // What the engine needs to know of the model's tensor-parallel split and pipeline stage (none by default).
+  virtual ModelParallelOptions model_parallel() const { return {}; }
 };
 
 }  // namespace zero::models

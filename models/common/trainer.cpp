@@ -271,7 +271,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
                                  : options.checkpoint_every);
   model.set_partition_activations(config.activation_checkpointing.partition_activations);
   model.module().to(device);  // before the engine is built, as DeepSpeed finds the model on its device
-  Engine engine(model.module(), config, data_parallel, {}, model.tensor_parallel());
+  Engine engine(model.module(), config, data_parallel, {}, model.model_parallel());
   // Tokens and model FLOPs per sample: tokens/s in the metrics, FLOP/s and MFU in the flops profiler.
   engine.set_model_cost({.tokens_per_sample = seq, .flops_per_sample = model.flops_per_token(seq) * seq});
   // Each rank's peak RSS once the model is built and the engine holds it (stage 3 from a Hugging

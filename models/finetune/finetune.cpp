@@ -214,7 +214,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
   // list (transformers' DummyOptim), so every parameter decays.
   Engine engine(model->module(), config, world,
                 trainer_optimizer ? decay_groups(model->module(), config.optimizer.weight_decay) : std::vector<ParamGroup>{},
-                model->tensor_parallel());
+                model->model_parallel());
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(whole_world);
 
   Run run{args, whole_world, world, *model, engine, config, report, {}};

@@ -65,7 +65,7 @@ class LlamaTrainable : public models::TrainableModel {
   nlohmann::json client_state() const override {
     return {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
   }
-  TensorParallelOptions tensor_parallel() const override {
+  ModelParallelOptions model_parallel() const override {
     return {.group = tensor_parallel_,
             .split_dim = [](const std::string& name) { return split_dim(split_of(name)); },
             .layer_stats = layer_stats_,

@@ -205,7 +205,7 @@ std::vector<std::string> unhonoured_settings(const Config& c, bool on_gpu) {
 }  // namespace
 
 Engine::Engine(torch::nn::Module& model, const Config& config, World& world, const std::vector<ParamGroup>& groups,
-               const TensorParallelOptions& tensor_parallel) {
+               const ModelParallelOptions& tensor_parallel) {
   check_config(config, world);
   optim::limit_simd(std::getenv("ZERO_SIMD"));  // before the first kernel runs
   // The model trains where its parameters are (moved there before the engine is built, as

@@ -11,11 +11,11 @@
 namespace zero::engine {
 
 std::vector<ParameterSlice> slice_parameters(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
-                                             const TensorParallelOptions& options, int rank) {
+                                             const ModelParallelOptions& options, int rank) {
   std::vector<ParameterSlice> slices(params.size());
   for (size_t i = 0; i < params.size(); ++i) slices[i].whole = params[i].numel();
   if (!options.group || options.group->size() == 1) return slices;
-  if (!options.split_dim) throw Error("TensorParallelOptions: split_dim is needed with a group", "split_dim", rank);
+  if (!options.split_dim) throw Error("ModelParallelOptions: split_dim is needed with a group", "split_dim", rank);
   Communicator& group = options.group->communicator();
   const int64_t count = static_cast<int64_t>(params.size());
   at::Tensor mine = at::zeros({count}, at::kLong), sizes = at::zeros({group.size() * count}, at::kLong);

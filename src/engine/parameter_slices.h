@@ -23,6 +23,6 @@ struct ParameterSlice {
 // every member's size along each parameter's dimension, gathered. Without one, every parameter
 // is whole. Throws naming the parameter when split_dim names a dimension it does not have.
 std::vector<ParameterSlice> slice_parameters(const std::vector<at::Tensor>& params, const std::vector<std::string>& names,
-                                             const TensorParallelOptions& options, int rank);
+                                             const ModelParallelOptions& options, int rank);
 
 }  // namespace zero::engine

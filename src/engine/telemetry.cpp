@@ -74,7 +74,7 @@ double measured_peak_flops() {
 
 }  // namespace
 
-Telemetry::Telemetry(const Config& config, World& world, CommStats& stats, const TensorParallelOptions& layers)
+Telemetry::Telemetry(const Config& config, World& world, CommStats& stats, const ModelParallelOptions& layers)
     : config_(config),
       world_(world),
       stats_(stats),

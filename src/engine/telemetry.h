@@ -55,7 +55,7 @@ class Telemetry {
  public:
   // `layers`: the tensor-parallel group's collectives made by the model's layers (null: none), for
   // the comms logger and the sinks beside the engine's own (`stats`, over `world`).
-  Telemetry(const Config& config, World& world, CommStats& stats, const TensorParallelOptions& layers = {});
+  Telemetry(const Config& config, World& world, CommStats& stats, const ModelParallelOptions& layers = {});
   ~Telemetry();  // rank 0 prints the comms summary
 
   // Times a phase while it lives (and names it for the comms logger's debug rows).
