@@ -147,11 +147,18 @@ struct Run {
 // The config's tensor-parallel size, read ahead: the batches are cut per data-parallel rank before
 // the config is resolved (its schedule needs their count). 1 when the file does not parse: the
 // full read reports why.
-int tensor_parallel_size(const std::string& path) {
+// The parallel layout the config asks for, read before the world is split (the config is resolved
+// later, over the data-parallel ranks; an unreadable file's error comes then).
+struct ParallelLayout {
+  int tensor_parallel = 1, pipeline_stages = 1;
+  std::string pipeline_key;
+};
+ParallelLayout parallel_layout(const std::string& path) {
   try {
-    return Config::parse_file(path).tensor_parallel.size;
+    const Config c = Config::parse_file(path);
+    return {c.tensor_parallel.size, c.pipeline.stages, c.pipeline.key};
   } catch (const std::exception&) {
-    return 1;
+    return {};
   }
 }
 
@@ -185,7 +192,13 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
   // Tensor parallelism (docs/tensor_parallel.md): the model is split over groups of ranks and
   // `world` is from here on the data-parallel ranks, which the batches, the engine and the loss see.
   std::optional<ParallelGrid> grid;
-  if (const int size = tensor_parallel_size(args.deepspeed); size > 1) grid.emplace(whole_world, size);
+  const ParallelLayout layout = parallel_layout(args.deepspeed);
+  if (layout.pipeline_stages > 1) {
+    throw Error(args.deepspeed + ": pipeline parallelism in zero-finetune is not built yet (zero-train --model "
+                                 "trains pipelines: docs/pipeline_parallel.md)",
+                layout.pipeline_key);
+  }
+  if (layout.tensor_parallel > 1) grid.emplace(whole_world, layout.tensor_parallel);
   World& world = grid ? grid->data_parallel() : whole_world;
   const InstructionData data = read_instruction_data(args.dataset, tokenizer, args.model_max_length);
   std::optional<InstructionData> eval_data;
