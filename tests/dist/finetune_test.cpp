@@ -91,19 +91,6 @@ TEST(Finetune, MaskedLossEqualsTheReferenceAtStages0And3) {
           << "stage " << stage << " evaluation after step " << i + 1;
     }
   }
-  // Pipeline stages are zero-train's only: refused by name, before anything is built.
-  TrainingArguments staged = arguments(scratch, 1, 2);
-  const std::string pipelined = staged.deepspeed + ".pipeline.json";
-  if (test_world().rank() == 0) std::ofstream(pipelined) << R"({"pipeline_parallel": {"pp_size": 2}})";
-  test_world().communicator().barrier({.async = false});
-  staged.deepspeed = pipelined;
-  try {
-    zero::finetune::finetune(staged, test_world(), nullptr);
-    ADD_FAILURE() << "zero-finetune trained in pipeline stages";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("pipeline parallelism in zero-finetune is not built yet"), std::string::npos)
-        << e.what();
-  }
 }
 
 
