@@ -26,6 +26,7 @@
 namespace zero {
 
 class Communicator;
+struct Config;
 class Engine;
 class ParallelGrid;
 class Work;
@@ -60,12 +61,14 @@ struct StageWork {
   // (undefined on the first stage); returns the activation for the next stage, or on the last
   // stage the micro-batch's loss.
   std::function<at::Tensor(int64_t micro, const at::Tensor& received)> forward;
-  std::vector<int64_t> activation_shape;  // what passes between the stages, on this rank
+  // What passes between the stages on this rank for micro-batch `micro` (the rows and tokens of
+  // micro-batches may differ: zero-finetune pads each to its longest row).
+  std::function<std::vector<int64_t>(int64_t micro)> activation_shape;
   at::ScalarType activation_dtype = at::kFloat;
   // Tied embeddings (Megatron's embedding group): on the first stage the embedding parameter, on
   // the last its copy, which the lm_head uses (a leaf outside the engine). The copy's gradients go
   // to the first stage, into the parameter's, before its last backward of the step, and the
-  // parameter comes to the copy before each step's first forward. Undefined: none.
+  // parameter comes to the copy before each step's (and evaluation's) first forward. Undefined: none.
   at::Tensor tied;
 };
 
@@ -77,6 +80,11 @@ struct StepOptions {
   Communicator* partition_activations_over = nullptr;
   Communicator* partition_gradients_over = nullptr;
 };
+
+// A step as the config asks: its gradient_accumulation_steps micro-batches, and with tensor
+// parallelism (not sequence-parallel: then each member's activation is its own shard)
+// pipeline.pipe_partitioned / grad_partitioned over the grid's tensor-parallel group.
+StepOptions step_options(ParallelGrid& grid, const Config& config);
 
 // The bytes this rank sent and received point to point to its neighbouring stages (activations
 // and their gradients; a tied embedding's weight and gradients go between the first and last
@@ -90,6 +98,11 @@ PipelineBytes pipeline_bytes(ParallelGrid& grid);
 // stage's (over grid.data_parallel(), with grid.pipeline() for the gradient norm). Returns the sum
 // of the micro-batches' losses, on every stage.
 double train_step(ParallelGrid& grid, Engine& engine, const StageWork& work, const StepOptions& options);
+
+// Forward only (evaluation, under the caller's no-grad guard): `options.micro_batches` through the
+// stages in order, each stage sending on as soon as it has run one. Returns the sum of the last
+// stage's outputs (the losses), on every stage.
+double evaluate(ParallelGrid& grid, Engine& engine, const StageWork& work, const StepOptions& options);
 
 }  // namespace pipeline
 }  // namespace zero

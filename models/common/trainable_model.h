@@ -47,8 +47,11 @@ class TrainableModel {
   // through this stage (from the tokens on the first, from `received` on the others; the loss on
   // the last), what passes between stages, the tied weight the schedule keeps alike on the first
   // and last stages (undefined: none), and which layers each stage holds ("" with one stage).
-  // Only models that build stages override them.
-  virtual at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received) {
+  // Only models that build stages override them. The last stage's loss is the mean over the
+  // micro-batch's targets (as loss()) or their sum (as loss_sum()).
+  enum class LossReduction { kMean, kSum };
+  virtual at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received,
+                                   LossReduction reduction) {
     return {};
   }
   virtual std::vector<int64_t> stage_activation_shape(int64_t rows, int64_t seq) const { return {}; }

@@ -96,17 +96,41 @@ struct Run {
   Data& data;
   int64_t seq, global_rows;
   at::Device device;
+  ParallelGrid* pipeline_grid = nullptr;     // with pipeline stages: the grid, and how a step
+  pipeline::StepOptions pipeline_options{};  // sends between them
+
+  using Tokens = std::pair<at::Tensor, at::Tensor>;  // a micro-batch's inputs and targets on this rank
+
+  // This stage's part of running `micro_batch(0..)` through the pipeline (zero/pipeline.h).
+  pipeline::StageWork stage_work(const std::function<Tokens(int64_t)>& micro_batch) {
+    return {.forward = [&, micro_batch](int64_t m, const at::Tensor& received) {
+              const auto [x, y] = micro_batch(m);
+              return model.stage_forward(x, y, received, models::TrainableModel::LossReduction::kMean);
+            },
+            .activation_shape = [&](int64_t) { return model.stage_activation_shape(global_rows / world.size(), seq); },
+            .activation_dtype = model.stage_activation_dtype(),
+            .tied = model.tied_weight()};
+  }
 
   double evaluate() {
     torch::NoGradGuard no_grad;
     engine.eval();
     const TokenData& val = data.validation();
     const int64_t batches = std::min(options.eval_batches, val.batches_per_epoch(global_rows, seq));
-    double sum = 0;
-    for (int64_t i = 0; i < batches; ++i) {
+    auto micro_batch = [&](int64_t i) {
       Batch mine = val.rank_rows(val.batch(i, global_rows, seq), world.rank(), world.size());
-      at::Tensor x = to_tensor(mine.inputs, mine.rows, seq, device), y = to_tensor(mine.targets, mine.rows, seq, device);
-      sum += engine.forward([&] { return model.loss(x, y); }).item<double>();
+      return Tokens{to_tensor(mine.inputs, mine.rows, seq, device), to_tensor(mine.targets, mine.rows, seq, device)};
+    };
+    double sum = 0;
+    if (pipeline_grid) {
+      pipeline::StepOptions evaluation = pipeline_options;
+      evaluation.micro_batches = batches;
+      sum = pipeline::evaluate(*pipeline_grid, engine, stage_work(micro_batch), evaluation);
+    } else {
+      for (int64_t i = 0; i < batches; ++i) {
+        const auto [x, y] = micro_batch(i);
+        sum += engine.forward([&] { return model.loss(x, y); }).item<double>();
+      }
     }
     engine.train();
     at::Tensor mean = torch::full({1}, sum / static_cast<double>(batches), torch::kDouble);
@@ -238,15 +262,6 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
                   "tensors)",
                   pipelined ? config.pipeline.key : config.tensor_parallel.key);
     }
-    if (pipelined) {
-      // (Not built yet for pipelines: what reads or writes the whole model, or runs it forward only.)
-      const std::pair<bool, const char*> refused[] = {
-          {options.eval_every > 0, "--eval-every"},
-          {options.sample_every > 0, "--sample-every"}};
-      for (const auto& [asked, what] : refused) {
-        if (asked) throw Error(fmt::format("{} with pipeline parallelism: not built yet", what), config.pipeline.key);
-      }
-    }
     grid.emplace(whole_world, config.tensor_parallel.size, config.pipeline.stages);
   }
   World& data_parallel = grid ? grid->data_parallel() : whole_world;
@@ -305,15 +320,10 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
             : " (off: --activation-checkpointing)"));
   }
   report.line(fmt::format("zero-train: model built: peak RSS so far {} KiB per rank", fmt::join(load_rss, " ")));
-  pipeline::StepOptions pipeline_options{.micro_batches = accumulation};
   if (pipelined) {
     report.line("zero-train: pipeline " + model.describe_stages());
-    // pipe_partitioned / grad_partitioned: what every tensor-parallel member holds alike (not a
-    // sequence-parallel shard) travels as 1/TP from each.
-    if (config.tensor_parallel.size > 1 && !config.tensor_parallel.sequence_parallel) {
-      if (config.pipeline.pipe_partitioned) pipeline_options.partition_activations_over = &grid->layer_communicator();
-      if (config.pipeline.grad_partitioned) pipeline_options.partition_gradients_over = &grid->layer_communicator();
-    }
+    run.pipeline_grid = &*grid;
+    run.pipeline_options = pipeline::step_options(*grid, config);
   }
   TrainerResult result;
   int64_t start_step = 0;
@@ -361,19 +371,11 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
     auto micro_batch = [&](int64_t m) {
       Batch global = data.train.batch(step * accumulation + m, run.global_rows, seq, options.shuffle);
       Batch mine = data.train.rank_rows(global, data_parallel.rank(), data_parallel.size());
-      return std::pair{to_tensor(mine.inputs, micro, seq, run.device), to_tensor(mine.targets, micro, seq, run.device)};
+      return Run::Tokens{to_tensor(mine.inputs, micro, seq, run.device), to_tensor(mine.targets, micro, seq, run.device)};
     };
     if (pipelined) {
       // The step's micro-batches through the stages by 1F1B (zero/pipeline.h).
-      pipeline::StageWork work{
-          .forward = [&](int64_t m, const at::Tensor& received) {
-            const auto [x, y] = micro_batch(m);
-            return model.stage_forward(x, y, received);
-          },
-          .activation_shape = model.stage_activation_shape(micro, seq),
-          .activation_dtype = model.stage_activation_dtype(),
-          .tied = model.tied_weight()};
-      loss_sum = pipeline::train_step(*grid, engine, work, pipeline_options);
+      loss_sum = pipeline::train_step(*grid, engine, run.stage_work(micro_batch), run.pipeline_options);
     } else {
       for (int64_t m = 0; m < accumulation; ++m) {
         const auto [x, y] = micro_batch(m);

@@ -17,6 +17,7 @@
 #include "models/common/run_report.h"
 #include "models/llama/llama_trainable.h"
 #include "text/tokenizer.h"
+#include "zero/pipeline.h"
 #include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
@@ -70,6 +71,47 @@ struct Run {
   const Config& config;
   gpt::Report& report;
   TrainerState state;
+  ParallelGrid* pipeline_grid = nullptr;     // with pipeline stages: the grid, and how a step
+  pipeline::StepOptions pipeline_options{};  // sends between them
+
+  // The sum over `batches`' learned tokens of the loss times `scale`, on every rank: forward only
+  // (evaluation) or with the backward (a step: `batches` are its micro-batches), through the
+  // pipeline's stages or the whole model.
+  double loss_sum(const std::vector<MicroBatch>& batches, double scale, bool train) {
+    auto tokens = [&](const MicroBatch& b) {
+      return std::pair{long_tensor(b.inputs, b.rows, b.seq), long_tensor(b.targets, b.rows, b.seq)};
+    };
+    if (pipeline_grid) {
+      const bool last = pipeline_grid->stage() + 1 == pipeline_grid->stages();
+      const pipeline::StageWork work{
+          .forward = [&](int64_t m, const at::Tensor& received) {
+            const auto [x, y] = tokens(batches[static_cast<size_t>(m)]);
+            const at::Tensor out = model.stage_forward(x, y, received, models::TrainableModel::LossReduction::kSum);
+            return last ? out * scale : out;
+          },
+          .activation_shape = [&](int64_t m) {
+            const MicroBatch& b = batches[static_cast<size_t>(m)];
+            return model.stage_activation_shape(b.rows, b.seq);
+          },
+          .activation_dtype = model.stage_activation_dtype(),
+          .tied = model.tied_weight()};
+      pipeline::StepOptions options = pipeline_options;
+      options.micro_batches = static_cast<int64_t>(batches.size());
+      return train ? pipeline::train_step(*pipeline_grid, engine, work, options)
+                   : pipeline::evaluate(*pipeline_grid, engine, work, options);
+    }
+    double sum = 0;
+    for (const MicroBatch& b : batches) {
+      const auto [x, y] = tokens(b);
+      const at::Tensor loss = engine.forward([&] { return model.loss_sum(x, y) * scale; });
+      if (train) {
+        engine.backward(loss);
+        engine.step();
+      }
+      sum += loss.item<double>();
+    }
+    return sum;
+  }
 
   // Collective: the mean loss over every learned token of `data`, each rank taking its share.
   double evaluate(const std::vector<Example>& data, int32_t pad_id) {
@@ -78,6 +120,7 @@ struct Run {
     const int64_t rows = args.per_device_eval_batch_size, per_round = rows * world.size();
     const auto n = static_cast<int64_t>(data.size());
     double sums[2] = {0, 0};  // loss sum, tokens
+    std::vector<MicroBatch> rounds;
     // Every rank runs the same number of forwards (stage 3 gathers are collective): rows past the
     // end repeat the first example with nothing learned.
     for (int64_t first = 0; first < n; first += per_round) {
@@ -89,11 +132,11 @@ struct Run {
         batch.push_back(std::move(e));
       }
       const SftBatches one(batch, rows, 1, 1, 0, pad_id);
-      const MicroBatch b = one.micro_batch(0, 0, 0);
-      const at::Tensor x = long_tensor(b.inputs, b.rows, b.seq), y = long_tensor(b.targets, b.rows, b.seq);
-      sums[0] += engine.forward([&] { return model.loss_sum(x, y); }).item<double>();
-      sums[1] += static_cast<double>(std::count_if(b.targets.begin(), b.targets.end(), [](int64_t t) { return t != kIgnoreIndex; }));
+      rounds.push_back(one.micro_batch(0, 0, 0));
+      const std::vector<int64_t>& targets = rounds.back().targets;
+      sums[1] += static_cast<double>(std::count_if(targets.begin(), targets.end(), [](int64_t t) { return t != kIgnoreIndex; }));
     }
+    sums[0] = loss_sum(rounds, 1.0, /*train=*/false);
     engine.train();
     at::Tensor total = torch::tensor({sums[0], sums[1]}, torch::kDouble);
     world.communicator().all_reduce(total, ReduceOp::kSum, {.async = false});
@@ -193,12 +236,8 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
   // `world` is from here on the data-parallel ranks, which the batches, the engine and the loss see.
   std::optional<ParallelGrid> grid;
   const ParallelLayout layout = parallel_layout(args.deepspeed);
-  if (layout.pipeline_stages > 1) {
-    throw Error(args.deepspeed + ": pipeline parallelism in zero-finetune is not built yet (zero-train --model "
-                                 "trains pipelines: docs/pipeline_parallel.md)",
-                layout.pipeline_key);
-  }
-  if (layout.tensor_parallel > 1) grid.emplace(whole_world, layout.tensor_parallel);
+  if (layout.tensor_parallel > 1 || layout.pipeline_stages > 1)
+    grid.emplace(whole_world, layout.tensor_parallel, layout.pipeline_stages);
   World& world = grid ? grid->data_parallel() : whole_world;
   const InstructionData data = read_instruction_data(args.dataset, tokenizer, args.model_max_length);
   std::optional<InstructionData> eval_data;
@@ -231,6 +270,11 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
   const std::vector<int64_t> load_rss = models::peak_rss_per_rank(whole_world);
 
   Run run{args, whole_world, world, *model, engine, config, report, {}};
+  if (grid && grid->stages() > 1) {
+    report.line("zero-finetune: pipeline " + model->describe_stages());
+    run.pipeline_grid = &*grid;
+    run.pipeline_options = pipeline::step_options(*grid, config);
+  }
   run.state.max_steps = max_steps;
   run.state.logging_steps = args.logging_steps;
   run.state.eval_steps = args.eval_steps > 0 ? args.eval_steps : args.logging_steps;
@@ -279,18 +323,14 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
     // is scaled so that the engine's mean over micro-steps and ranks gives exactly that.
     const double scale = static_cast<double>(accumulation * world.size()) / static_cast<double>(batches.learned_tokens(step));
     const double lr = engine.get_lr();
-    double loss_part = 0;
-    for (int64_t m = 0; m < accumulation; ++m) {
-      const MicroBatch b = batches.micro_batch(step, m, world.rank());
-      const at::Tensor x = long_tensor(b.inputs, b.rows, b.seq), y = long_tensor(b.targets, b.rows, b.seq);
-      const at::Tensor loss = engine.forward([&] { return model->loss_sum(x, y) * scale; });
-      engine.backward(loss);
-      engine.step();
-      loss_part += loss.item<double>() / static_cast<double>(accumulation * world.size());
-    }
+    std::vector<MicroBatch> micro_batches;
+    for (int64_t m = 0; m < accumulation; ++m) micro_batches.push_back(batches.micro_batch(step, m, world.rank()));
+    const double loss_part =
+        run.loss_sum(micro_batches, scale, /*train=*/true) / static_cast<double>(accumulation * world.size());
     at::Tensor shared = torch::tensor({loss_part, gpt::stop_requested() ? 1.0 : 0.0}, torch::kDouble);
     world.communicator().all_reduce(shared, ReduceOp::kSum, {.async = false});
     if (grid) gpt::stop_anywhere(shared, grid->tensor_parallel());
+    if (grid && grid->stages() > 1) gpt::stop_anywhere(shared, grid->pipeline());
     const double loss = shared[0].item<double>(), seconds = seconds_since(step_start);
     if (!first_step_seconds) {
       first_step_seconds = seconds_since(started);

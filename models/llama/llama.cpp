@@ -344,9 +344,9 @@ at::Tensor LlamaForCausalLM::loss_sum(const at::Tensor& tokens, const at::Tensor
 }
 
 at::Tensor LlamaForCausalLM::stage_forward(const at::Tensor& tokens, const at::Tensor& targets,
-                                           const at::Tensor& received) {
+                                           const at::Tensor& received, bool mean) {
   const at::Tensor x = blocks(stage.first() ? embed(tokens) : received);
-  return stage.last() ? head_loss(final_norm(x), targets, /*mean=*/true) : x;
+  return stage.last() ? head_loss(final_norm(x), targets, mean) : x;
 }
 
 }  // namespace zero::llama

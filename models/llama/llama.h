@@ -151,8 +151,8 @@ struct LlamaForCausalLM : torch::nn::Module {
   // Pipeline parallelism: micro-batch `tokens` (and `targets`) through this stage — from the tokens
   // on the first stage, from the previous stage's activation `received` on the others; returns the
   // activation for the next stage ([B, T, hidden], T/TP under sequence parallelism), or on the
-  // last stage the mean loss.
-  at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received);
+  // last stage the loss (the mean over the targets, or with `mean` false their sum).
+  at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received, bool mean);
 
   LlamaConfig config;
   TensorParallelPlace place;

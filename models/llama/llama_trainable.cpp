@@ -43,8 +43,9 @@ class LlamaTrainable : public models::TrainableModel {
   }
   void set_checkpoint_every(int64_t every) override { model_.checkpoint_every = every; }
   void set_partition_activations(bool partition) override { model_.partition_activations = partition; }
-  at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received) override {
-    return model_.stage_forward(tokens, targets, received);
+  at::Tensor stage_forward(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& received,
+                           LossReduction reduction) override {
+    return model_.stage_forward(tokens, targets, received, reduction == LossReduction::kMean);
   }
   std::vector<int64_t> stage_activation_shape(int64_t rows, int64_t seq) const override {
     const TensorParallelPlace& tp = model_.place;

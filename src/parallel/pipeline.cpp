@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "zero/communicator.h"
+#include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/error.h"
 #include "zero/tensor_parallel.h"
@@ -47,6 +48,15 @@ void PipelineLink::wait_sent() {
 }
 
 namespace pipeline {
+StepOptions step_options(ParallelGrid& grid, const Config& config) {
+  StepOptions options{.micro_batches = config.gradient_accumulation_steps};
+  if (config.tensor_parallel.size > 1 && !config.tensor_parallel.sequence_parallel) {
+    if (config.pipeline.pipe_partitioned) options.partition_activations_over = &grid.layer_communicator();
+    if (config.pipeline.grad_partitioned) options.partition_gradients_over = &grid.layer_communicator();
+  }
+  return options;
+}
+
 PipelineBytes pipeline_bytes(ParallelGrid& grid) {
   PipelineBytes bytes;
   for (PipelineLink* link : {grid.activations_in(), grid.activations_out(), grid.gradients_in(), grid.gradients_out()}) {
@@ -73,25 +83,37 @@ at::Tensor receive_whole_or_piece(PipelineLink& link, const std::vector<int64_t>
   return whole_from_pieces(piece, shape, *over);
 }
 
+// Tied embeddings: the copy on the last stage takes the first stage's weight (as trained by the
+// last step, or loaded) before a step's or an evaluation's first forward. Whether there is one.
+bool share_tied_weight(ParallelGrid& grid, const StageWork& work) {
+  World* ends = grid.first_and_last();
+  if (!work.tied.defined() || ends == nullptr) return false;
+  const bool first = grid.stage() == 0, last = grid.stage() == grid.stages() - 1;
+  at::Tensor weight = first ? work.tied.detach().contiguous() : at::empty_like(work.tied);
+  ends->communicator().broadcast(weight, 0, {.async = false});
+  if (last) {
+    at::NoGradGuard no_grad;
+    work.tied.copy_(weight);
+    work.tied.mutable_grad() = at::Tensor();
+  }
+  return true;
+}
+
+// The last stage's sum of losses, on every stage.
+double from_last_stage(ParallelGrid& grid, double loss_sum) {
+  at::Tensor loss = at::full({1}, loss_sum, at::kDouble);
+  grid.pipeline().communicator().broadcast(loss, grid.stages() - 1, {.async = false});
+  return loss.item<double>();
+}
+
 }  // namespace
 
 double train_step(ParallelGrid& grid, Engine& engine, const StageWork& work, const StepOptions& options) {
   const int stage = grid.stage(), stages = grid.stages();
   const bool first = stage == 0, last = stage == stages - 1;
   const int64_t m = options.micro_batches;
-  // Tied embeddings: the copy on the last stage takes the first stage's weight (as trained by the
-  // last step, or loaded) before the step's first forward.
+  const bool tied = share_tied_weight(grid, work);
   World* ends = grid.first_and_last();
-  const bool tied = work.tied.defined() && ends != nullptr;
-  if (tied) {
-    at::Tensor weight = first ? work.tied.detach().contiguous() : at::empty_like(work.tied);
-    ends->communicator().broadcast(weight, 0, {.async = false});
-    if (last) {
-      at::NoGradGuard no_grad;
-      work.tied.copy_(weight);
-      work.tied.mutable_grad() = at::Tensor();
-    }
-  }
   struct InFlight {
     at::Tensor output, input;  // this stage's output (the loss on the last) and its received input
   };
@@ -100,12 +122,12 @@ double train_step(ParallelGrid& grid, Engine& engine, const StageWork& work, con
   int64_t forwards = 0, backwards = 0;
   auto forward = [&] {
     at::Tensor input;
+    const int64_t micro = forwards++;
     if (!first) {
-      input = receive_whole_or_piece(*grid.activations_in(), work.activation_shape, work.activation_dtype,
+      input = receive_whole_or_piece(*grid.activations_in(), work.activation_shape(micro), work.activation_dtype,
                                      options.partition_activations_over);
       input.requires_grad_(true);
     }
-    const int64_t micro = forwards++;
     at::Tensor output = engine.forward([&] { return work.forward(micro, input); });
     if (last) {
       loss_sum += output.item<double>();
@@ -117,11 +139,12 @@ double train_step(ParallelGrid& grid, Engine& engine, const StageWork& work, con
   auto backward = [&] {
     InFlight f = std::move(waiting.front());
     waiting.pop_front();
+    const int64_t micro = backwards;
     const bool final = ++backwards == m;
     if (last) {
       engine.backward(f.output);
     } else {
-      const at::Tensor grad = receive_whole_or_piece(*grid.gradients_in(), work.activation_shape,
+      const at::Tensor grad = receive_whole_or_piece(*grid.gradients_in(), work.activation_shape(micro),
                                                      work.activation_dtype, options.partition_gradients_over);
       std::vector<at::Tensor> roots{f.output}, grads{grad};
       if (tied && final && first) {
@@ -154,10 +177,28 @@ double train_step(ParallelGrid& grid, Engine& engine, const StageWork& work, con
   while (!waiting.empty()) backward();
   for (PipelineLink* link : {grid.activations_out(), grid.gradients_out()})
     if (link) link->wait_sent();
-  // The loss, from the last stage to every stage.
-  at::Tensor loss = at::full({1}, loss_sum, at::kDouble);
-  grid.pipeline().communicator().broadcast(loss, stages - 1, {.async = false});
-  return loss.item<double>();
+  return from_last_stage(grid, loss_sum);
+}
+
+double evaluate(ParallelGrid& grid, Engine& engine, const StageWork& work, const StepOptions& options) {
+  const bool first = grid.stage() == 0, last = grid.stage() == grid.stages() - 1;
+  share_tied_weight(grid, work);
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < options.micro_batches; ++micro) {
+    at::Tensor input;
+    if (!first) {
+      input = receive_whole_or_piece(*grid.activations_in(), work.activation_shape(micro), work.activation_dtype,
+                                     options.partition_activations_over);
+    }
+    const at::Tensor output = engine.forward([&] { return work.forward(micro, input); });
+    if (last) {
+      loss_sum += output.item<double>();
+    } else {
+      send_whole_or_piece(*grid.activations_out(), output, options.partition_activations_over);
+    }
+  }
+  if (PipelineLink* link = grid.activations_out()) link->wait_sent();
+  return from_last_stage(grid, loss_sum);
 }
 
 }  // namespace pipeline
