@@ -139,14 +139,29 @@ TEST(Finetune, MaskedLossEqualsTheReferenceInPipelineStages) {
       if (stage == 0 && test_world().size() == 4) continue;  // ZeRO-0 at 2 ranks; ZeRO-1 everywhere
       const std::string what = "PP " + std::to_string(stages) + " x TP " + std::to_string(tensor_parallel) +
                                ", ZeRO stage " + std::to_string(stage);
-      const zero::finetune::FinetuneResult result =
-          zero::finetune::finetune(arguments(scratch, stage, tensor_parallel, stages), test_world(), nullptr);
+      TrainingArguments args = arguments(scratch, stage, tensor_parallel, stages);
+      const bool saves = stage == 1 && stages == layouts.front().first && tensor_parallel == layouts.front().second;
+      if (saves) {
+        args.save_strategy = "steps";
+        args.save_steps = 2;
+      }
+      const zero::finetune::FinetuneResult result = zero::finetune::finetune(args, test_world(), nullptr);
       ASSERT_EQ(result.step_losses.size(), 3u) << what;
       for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << what << ", step " << i + 1;
       for (size_t i = 0; i < 2; ++i) {
         EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
             << what << ", evaluation after step " << i + 1;
       }
+      if (!saves) continue;
+      // checkpoint-2 holds every stage's part and the model joined from the stages; resumed from
+      // it, the third step's loss is the reference's.
+      const fs::path saved = fs::path(args.output_dir) / "checkpoint-2";
+      EXPECT_TRUE(fs::exists(saved / "model.safetensors")) << what;
+      EXPECT_TRUE(fs::exists(saved / "trainer_state.json")) << what;
+      args.resume_from_checkpoint = saved.string();
+      const zero::finetune::FinetuneResult resumed = zero::finetune::finetune(args, test_world(), nullptr);
+      ASSERT_EQ(resumed.step_losses.size(), 1u) << what;
+      EXPECT_NEAR(resumed.step_losses[0], reference[2], 1e-5) << what << ", resumed at step 3";
     }
   }
 }
