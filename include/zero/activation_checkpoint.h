@@ -81,6 +81,20 @@ void set_profiling(bool on);
 std::vector<CheckpointProfile> profile();  // in the order the names first ran
 void reset_profile();
 
+// activation_checkpointing.contiguous_memory_optimization (the engine sets it from its config;
+// process-wide, and setting it starts the counts afresh): each input a checkpoint keeps (this
+// member's piece with partition_activations) is copied into a slot of one preallocated buffer,
+// held until the checkpoint's backward has run. The buffer sizes itself in the first step — when
+// it grows, it is allocated again at exactly the most slots held at once when they are all let go
+// — and later steps allocate nothing (src/engine/contiguous_activations.h).
+void set_contiguous(bool on);
+struct ContiguousBufferStats {
+  int64_t bytes = 0, slots = 0, slot_bytes = 0;  // the buffer now
+  int64_t held = 0, peak_held = 0;               // slots held now, and at most at once
+  int64_t allocations = 0;                       // buffers allocated since it was set
+};
+ContiguousBufferStats contiguous_buffer_stats();
+
 namespace detail {
 // True while a checkpoint's forward runs again in backward (stage 3 keeps a unit gathered for
 // the backward that follows at once, instead of freeing it and gathering it again).

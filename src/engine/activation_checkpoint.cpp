@@ -14,6 +14,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "engine/contiguous_activations.h"
 #include "zero/communicator.h"
 #include "zero/error.h"
 #include "zero/tensor_parallel.h"
@@ -77,7 +78,7 @@ class CheckpointBackward : public torch::autograd::Node {
       if (pieces[i].mine.defined()) inputs[i] = whole_from_pieces(pieces[i].mine, pieces[i].shape, *partition);
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (pieces[i].mine.defined()) continue;  // a copy: the input's later changes do not reach it
+      if (pieces[i].mine.defined() || slots[i]) continue;  // a copy: the input's later changes do not reach it
       if (inputs[i].defined() && inputs[i]._version() != versions[i]) {
         throw Error("activation checkpoint \"" + label + "\": input " + std::to_string(i) +
                         " was changed in place after the forward; the recomputation would see other values",
@@ -141,6 +142,10 @@ class CheckpointBackward : public torch::autograd::Node {
     for (size_t i = 0; i < pieces.size(); ++i) {
       if (pieces[i].mine.defined()) inputs[i] = at::Tensor();  // the whole again only while recomputing
     }
+    // The backward through the block is done: what was kept goes (a contiguous buffer's slots are free).
+    inputs.clear();
+    pieces.clear();
+    slots.clear();
     return result;
   }
 
@@ -148,6 +153,7 @@ class CheckpointBackward : public torch::autograd::Node {
   std::string label;
   std::vector<at::Tensor> inputs;  // detached: only their values are kept (undefined while partitioned)
   std::vector<Piece> pieces;       // per input: this member's piece when partitioned, else empty
+  std::vector<std::shared_ptr<void>> slots;  // per input: its contiguous buffer slot, when it is in one
   Communicator* partition = nullptr;
   std::vector<bool> needs_grad;
   std::vector<uint32_t> versions;
@@ -186,9 +192,14 @@ std::vector<at::Tensor> checkpoint(const CheckpointFunction& fn, const std::vect
   const bool partitioned = partition_over != nullptr && partition_over->size() > 1;
   node->partition = partition_over;
   for (const at::Tensor& t : detached) {
-    const bool cut_it = partitioned && t.defined() && at::isFloatingType(t.scalar_type());
-    node->pieces.push_back(cut_it ? Piece{piece_of(t, *partition_over), t.sizes().vec()} : Piece{});
-    node->inputs.push_back(cut_it ? at::Tensor() : t);
+    const bool floating = t.defined() && at::isFloatingType(t.scalar_type());
+    const bool cut_it = partitioned && floating;
+    at::Tensor kept = cut_it ? piece_of(t, *partition_over) : t;
+    std::shared_ptr<void> slot;
+    if (floating && contiguous_enabled()) std::tie(kept, slot) = contiguous_activations().keep(kept);
+    node->pieces.push_back(cut_it ? Piece{kept, t.sizes().vec()} : Piece{});
+    node->inputs.push_back(cut_it ? at::Tensor() : kept);
+    node->slots.push_back(std::move(slot));
   }
   ++forwards;
   if (profiling) add_profile(name, seconds_since(start), 0, 0, 1);

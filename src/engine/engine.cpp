@@ -194,8 +194,6 @@ std::vector<std::string> unhonoured_settings(const Config& c, bool on_gpu) {
   note(ac.cpu_checkpointing, "activation_checkpointing.cpu_checkpointing",
        on_gpu ? "not honoured on a GPU yet: the saved block inputs stay on the device"
               : "no effect on a CPU build (the saved block inputs are in host memory already)");
-  note(ac.contiguous_memory_optimization, "activation_checkpointing.contiguous_memory_optimization",
-       "not honoured: each checkpoint keeps its own input tensor");
   note(ac.synchronize_checkpoint_boundary, "activation_checkpointing.synchronize_checkpoint_boundary",
        on_gpu ? "not honoured on a GPU yet" : "no effect on a CPU build (no device stream to synchronize)");
 
@@ -250,6 +248,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       engine::choose_bf16_compute(config.bf16_compute, bf16_env, every_cpu_native);
   set_bf16_compute_in_fp32(compute_choice.bf16_in_fp32);
   checkpointing::set_profiling(config.activation_checkpointing.profile);
+  checkpointing::set_contiguous(config.activation_checkpointing.contiguous_memory_optimization);
   {
     at::NoGradGuard no_grad;
     // Every rank starts from rank 0's weights and buffers.

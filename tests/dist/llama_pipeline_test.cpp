@@ -11,6 +11,7 @@
 
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
+#include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 #include "zero/world.h"
 
@@ -216,4 +217,37 @@ TEST_F(LlamaCases, PipelineLoadThenExportIsBitwise) {
                         "PP " + std::to_string(l.stages) + " x TP " + std::to_string(l.tensor_parallel));
     test_world().communicator().barrier({.async = false});
   }
+}
+
+// activation_checkpointing.contiguous_memory_optimization with every block checkpointed: each
+// stage's kept inputs live in one buffer of equal slots, as many as it holds at once — its layers
+// (uniform: 3 and 2 of llama_deep's 5) times the micro-batches 1F1B keeps in flight there (2 on the
+// first of 2 stages, 1 on the last) — each a micro-batch's [3, T, 32] activation, or with
+// partition_activations at TP 2 this member's half. The buffer sizes itself in the first step:
+// 10 steps allocate no more than 1, and the losses stay the reference's.
+TEST_F(LlamaCases, PipelineContiguousCheckpointsHoldEachMicroBatchInFlight) {
+  const int n = test_world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "at 2 and 4 ranks";
+  const Layout l{2, n / 2};
+  const int stage = test_world().rank() / (n / 2);
+  const std::string checkpointing = R"("pipeline": {"partition": "uniform", "activation_checkpoint_interval": 1},
+      "activation_checkpointing": {"partition_activations": true, "contiguous_memory_optimization": true})";
+  std::vector<zero::checkpointing::ContiguousBufferStats> stats;
+  std::vector<double> trajectory;
+  for (int64_t steps : {1, 10}) {
+    TrainerOptions o = pipeline_options("llama_deep", 1, "sgd", l, 4, checkpointing);
+    o.steps = steps;
+    trajectory = losses(train_model(o, test_world(), nullptr));
+    stats.push_back(zero::checkpointing::contiguous_buffer_stats());
+  }
+  expect_reference(trajectory, expected("llama_deep")["sgd"]["losses"].get<std::vector<double>>(), "contiguous");
+  const int64_t layers = stage == 0 ? 3 : 2, in_flight = stage == 0 ? 2 : 1;
+  const int64_t activation = kRows / 4 * kSeq * 32 * 4 / l.tensor_parallel;  // llama_deep: hidden 32, fp32
+  for (const auto& s : stats) {
+    EXPECT_EQ(s.peak_held, layers * in_flight) << "stage " << stage;
+    EXPECT_EQ(s.slots, layers * in_flight) << "stage " << stage << ": allocated again at exactly the slots held at once";
+    EXPECT_EQ(s.slot_bytes, (activation + 63) / 64 * 64) << "stage " << stage;
+    EXPECT_EQ(s.held, 0) << "every backward has let its slots go";
+  }
+  EXPECT_EQ(stats[1].allocations, stats[0].allocations) << "steps 2 to 10 allocate nothing";
 }
