@@ -31,8 +31,8 @@ inline fs::path cases_dir() {
 
 inline const std::vector<std::string> kCases = {"llama_gqa", "llama3_tied", "mistral_window", "qwen2_bias"};
 
-inline nlohmann::json expected(const std::string& name) {
-  std::ifstream in(cases_dir() / name / "expected.json");
+inline nlohmann::json expected(const std::string& name, const std::string& file = "expected.json") {
+  std::ifstream in(cases_dir() / name / file);
   return nlohmann::json::parse(in);
 }
 

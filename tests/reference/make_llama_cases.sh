@@ -7,7 +7,8 @@
 # parameters, 6 layers) is the one where many buckets and several stage-3 units are in flight.
 # llama_mha (4 key/value heads, a vocabulary of 98 and 110 MLP features) splits over 4
 # tensor-parallel ranks, unevenly along the vocabulary and the MLP. llama_deep (5 layers, tied
-# embeddings) cuts into uneven pipeline stages, its embedding on the first and its lm_head on the last.
+# embeddings) cuts into uneven pipeline stages, its embedding on the first and its lm_head on the
+# last; it also has 16-row trajectories (expected16.json).
 #   tests/reference/make_llama_cases.sh OUT
 set -euo pipefail
 out=$1
@@ -61,7 +62,15 @@ $dir/adamw.json train $dir/model $common --steps 10 --optimizer adamw --lr 0.01 
 $dir/bf16.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5 --precision bf16
 JOBS
 done
+# llama_deep again at 16 rows a step, which 8 micro-batches divide over 1 or 2 data-parallel
+# ranks (tests/dist/llama_pipeline_test.cpp: gradient accumulation 4 and 8 at up to 8 ranks).
+deep=$out/llama_deep
+cat >>"$jobs" <<JOBS
+$deep/sgd16.json train $deep/model --data $out/tokens.bin --rows 16 --seq $seq --steps 10 --optimizer sgd --lr 0.5
+$deep/adamw16.json train $deep/model --data $out/tokens.bin --rows 16 --seq $seq --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8
+JOBS
 $ref batch "$jobs"
+printf '{"sgd": %s, "adamw": %s}\n' "$(cat "$deep/sgd16.json")" "$(cat "$deep/adamw16.json")" >"$deep/expected16.json"
 for c in "${cases[@]}"; do
   dir=$out/${c%%|*}
   printf '{"loss": %s, "sgd": %s, "adamw": %s, "bf16_sgd": %s}\n' "$(cat "$dir/loss.json")" "$(cat "$dir/sgd.json")" \
