@@ -107,12 +107,8 @@ int main(int argc, char** argv) {
         {"bf16", zero::checkpoint::OutputDtype::kBf16},
         {"fp16", zero::checkpoint::OutputDtype::kFp16}};
     options.dtype = dtypes.at(dtype);
-    if (zero::checkpoint::StagedCheckpoint(options.dir, options.tag).stages() > 1) {
-      throw zero::Error(options.dir + ": saved in pipeline stages; consolidating one is not built yet (resume it at "
-                                      "one stage with zero-train --resume, then save)",
-                        options.dir);
-    }
-    zero::checkpoint::CheckpointParts reader(options.dir, options.tag);  // a tensor-parallel one's slices joined
+    // Whatever layout saved it: tensor-parallel slices joined, pipeline stages one after another.
+    zero::checkpoint::StagedCheckpoint reader(options.dir, options.tag);
     if (format == "llmc" && options.dtype != zero::checkpoint::OutputDtype::kFp32)
       throw zero::Error("--format llmc writes fp32 (llm.c's version 3)", "--dtype");
     const auto sink =

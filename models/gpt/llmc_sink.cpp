@@ -12,7 +12,7 @@ class LlmcSink : public checkpoint::ConsolidationSink {
  public:
   explicit LlmcSink(std::string out) : out_(std::move(out)) {}
 
-  std::vector<int> order(const checkpoint::CheckpointParts& reader) override {
+  std::vector<int> order(const checkpoint::WholeParameters& reader) override {
     const nlohmann::json& client = reader.manifest().value("client_state", nlohmann::json::object());
     if (!client.contains("gpt"))
       throw Error(reader.manifest_path() +

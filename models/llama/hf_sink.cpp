@@ -18,7 +18,7 @@ class HfSink : public checkpoint::ConsolidationSink {
  public:
   HfSink(std::string out, std::string dtype, uint64_t max_shard) : out_(std::move(out)), dtype_(std::move(dtype)), max_shard_(max_shard) {}
 
-  std::vector<int> order(const checkpoint::CheckpointParts& reader) override {
+  std::vector<int> order(const checkpoint::WholeParameters& reader) override {
     const nlohmann::json& m = reader.manifest();
     const nlohmann::json client = m.value("client_state", nlohmann::json::object());
     if (!client.contains("llama")) {

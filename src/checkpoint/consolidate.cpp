@@ -23,7 +23,7 @@ class SafetensorsSink : public ConsolidationSink {
  public:
   SafetensorsSink(std::string out, OutputDtype dtype) : out_(std::move(out)), dtype_(dtype) {}
 
-  std::vector<int> order(const CheckpointParts& reader) override {
+  std::vector<int> order(const WholeParameters& reader) override {
     const char* dtype = dtype_ == OutputDtype::kFp32 ? "F32" : dtype_ == OutputDtype::kBf16 ? "BF16" : "F16";
     const uint64_t element = dtype_ == OutputDtype::kFp32 ? 4 : 2;
     std::vector<SafetensorsEntry> entries;
@@ -66,7 +66,7 @@ std::unique_ptr<ConsolidationSink> safetensors_sink(const std::string& out, Outp
   return std::make_unique<SafetensorsSink>(out, dtype);
 }
 
-ConsolidateResult consolidate(CheckpointParts& reader, ConsolidationSink& sink) {
+ConsolidateResult consolidate(WholeParameters& reader, ConsolidationSink& sink) {
   if (!reader.has_kind("master"))
     throw Error(reader.manifest_path() + ": the checkpoint holds no master weights", reader.manifest_path());
   ConsolidateResult result;
@@ -83,7 +83,7 @@ ConsolidateResult consolidate(CheckpointParts& reader, ConsolidationSink& sink) 
 }
 
 ConsolidateResult consolidate(const ConsolidateOptions& options) {
-  CheckpointParts reader(options.dir, options.tag);
+  StagedCheckpoint reader(options.dir, options.tag);
   auto sink = safetensors_sink(options.out, options.dtype);
   return consolidate(reader, *sink);
 }

@@ -22,8 +22,9 @@ class ConsolidationSink {
  public:
   virtual ~ConsolidationSink() = default;
   // The saved parameters to write, as indices of `reader` (whole parameters: a tensor-parallel
-  // checkpoint's slices joined), in file order; called once, first.
-  virtual std::vector<int> order(const CheckpointParts& reader) = 0;
+  // checkpoint's slices joined, a pipeline's stages one after another), in file order; called
+  // once, first.
+  virtual std::vector<int> order(const WholeParameters& reader) = 0;
   virtual void append(int param, const std::vector<float>& values) = 0;
   virtual void finish() = 0;
 };
@@ -36,9 +37,10 @@ struct ConsolidateResult {
   int64_t largest_tensor = 0;  // elements of the largest parameter (what memory follows)
 };
 
-ConsolidateResult consolidate(CheckpointParts& reader, ConsolidationSink& sink);
+ConsolidateResult consolidate(WholeParameters& reader, ConsolidationSink& sink);
 
-// The common case: DIR/TAG (tag empty: DIR/latest) into a safetensors file.
+// The common case: DIR/TAG (tag empty: DIR/latest), in whatever stages and parts it was saved,
+// into a safetensors file.
 struct ConsolidateOptions {
   std::string dir, tag;
   std::string out;

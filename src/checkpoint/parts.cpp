@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "checkpoint/files.h"
@@ -207,8 +208,20 @@ StagedCheckpoint::StagedCheckpoint(const std::string& dir, const std::string& re
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits[0] == '0') continue;
     if (fs::exists(it->path() / "latest", ec)) sizes.push_back(std::stoi(digits));
   }
+  auto index_parameters = [&] {
+    std::set<std::string> seen_names;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      for (int j = 0; j < stages_[s]->num_params(); ++j) {
+        if (!seen_names.insert(stages_[s]->name(j)).second)
+          throw Error(stages_[s]->manifest_path() + ": parameter " + stages_[s]->name(j) + " is held by another stage too",
+                      stages_[s]->manifest_path());
+        where_.emplace_back(static_cast<int>(s), j);
+      }
+    }
+  };
   if (sizes.empty()) {  // saved without stages
     stages_.push_back(std::make_unique<CheckpointParts>(dir, tag));
+    index_parameters();
     return;
   }
   if (sizes.size() > 1)
@@ -224,14 +237,52 @@ StagedCheckpoint::StagedCheckpoint(const std::string& dir, const std::string& re
                       "'s (stages of two saves?)",
                   mine.manifest_path());
   }
+  index_parameters();
 }
 
-std::pair<int, int> StagedCheckpoint::find(const std::string& name) const {
+std::pair<int, int> StagedCheckpoint::find_in_stage(const std::string& name) const {
   for (size_t s = 0; s < stages_.size(); ++s) {
     const int j = stages_[s]->find(name);
     if (j >= 0) return {static_cast<int>(s), j};
   }
   return {-1, -1};
+}
+
+std::pair<CheckpointParts*, int> StagedCheckpoint::at(int param) const {
+  if (param < 0 || param >= num_params())
+    throw Error(manifest_path() + ": no parameter " + std::to_string(param), manifest_path());
+  const auto [stage, index] = where_[static_cast<size_t>(param)];
+  return {stages_[static_cast<size_t>(stage)].get(), index};
+}
+
+const std::string& StagedCheckpoint::name(int param) const {
+  const auto [stage, index] = at(param);
+  return stage->name(index);
+}
+
+int StagedCheckpoint::find(const std::string& name) const {
+  const auto [stage, index] = find_in_stage(name);
+  if (stage < 0) return -1;
+  return static_cast<int>(std::find(where_.begin(), where_.end(), std::pair{stage, index}) - where_.begin());
+}
+
+bool StagedCheckpoint::has_kind(const std::string& kind) const {
+  return std::all_of(stages_.begin(), stages_.end(), [&](const auto& stage) { return stage->has_kind(kind); });
+}
+
+std::vector<int64_t> StagedCheckpoint::shape(int param) const {
+  const auto [stage, index] = at(param);
+  return stage->shape(index);
+}
+
+int64_t StagedCheckpoint::numel(int param) const {
+  const auto [stage, index] = at(param);
+  return stage->numel(index);
+}
+
+void StagedCheckpoint::read_whole(int param, const std::string& kind, float* out) {
+  const auto [stage, index] = at(param);
+  stage->read_whole(index, kind, out);
 }
 
 std::vector<std::string> StagedCheckpoint::names() const {

@@ -27,7 +27,25 @@ struct SavedSlice {
   int64_t start = 0, whole = 0;
 };
 
-class CheckpointParts {
+// A checkpoint's parameters whole, whatever layout saved them (tensor-parallel slices joined,
+// pipeline stages one after another): what tools read (zero-ckpt consolidate's sinks).
+class WholeParameters {
+ public:
+  virtual ~WholeParameters() = default;
+  virtual const std::string& tag() const = 0;
+  virtual const std::string& manifest_path() const = 0;  // the (first stage's first part's) manifest
+  virtual const nlohmann::json& manifest() const = 0;
+  virtual int num_params() const = 0;
+  virtual const std::string& name(int param) const = 0;
+  virtual int find(const std::string& name) const = 0;  // -1: none
+  virtual bool has_kind(const std::string& kind) const = 0;
+  virtual std::vector<int64_t> shape(int param) const = 0;
+  virtual int64_t numel(int param) const = 0;
+  // The whole parameter's state `kind` as fp32 (every element).
+  virtual void read_whole(int param, const std::string& kind, float* out) = 0;
+};
+
+class CheckpointParts : public WholeParameters {
  public:
   // TAG (empty: DIR/latest's) in DIR. Every part's manifest is checked, its slices against its
   // shapes, and the parts against each other (the same parameters in the same order).
@@ -39,17 +57,17 @@ class CheckpointParts {
   const SavedSlice& slice(size_t part, int param) const { return parts_[part].slices[static_cast<size_t>(param)]; }
 
   // As CheckpointReader's, for whole parameters (the first part's manifest and names).
-  const std::string& tag() const { return part(0).tag(); }
-  const std::string& manifest_path() const { return part(0).manifest_path(); }
-  const nlohmann::json& manifest() const { return part(0).manifest(); }
-  int num_params() const { return part(0).num_params(); }
-  const std::string& name(int param) const { return part(0).name(param); }
-  int find(const std::string& name) const { return part(0).find(name); }
-  bool has_kind(const std::string& kind) const;
-  std::vector<int64_t> shape(int param) const;  // the whole parameter's
-  int64_t numel(int param) const;
-  // The whole parameter's state `kind` as fp32 (every element), its slices joined.
-  void read_whole(int param, const std::string& kind, float* out);
+  const std::string& tag() const override { return part(0).tag(); }
+  const std::string& manifest_path() const override { return part(0).manifest_path(); }
+  const nlohmann::json& manifest() const override { return part(0).manifest(); }
+  int num_params() const override { return part(0).num_params(); }
+  const std::string& name(int param) const override { return part(0).name(param); }
+  int find(const std::string& name) const override { return part(0).find(name); }
+  bool has_kind(const std::string& kind) const override;
+  std::vector<int64_t> shape(int param) const override;  // the whole parameter's
+  int64_t numel(int param) const override;
+  // Its slices joined.
+  void read_whole(int param, const std::string& kind, float* out) override;
 
  private:
   void check_tiling() const;  // every split parameter's slices, in part order, cover it exactly
@@ -62,19 +80,33 @@ class CheckpointParts {
 
 // A checkpoint as its pipeline stages' parts: one CheckpointParts per stage it was saved at
 // (DIR/pipeline_<s>_of_<p>/..., each holding other parameters), or the one of a checkpoint saved
-// without stages. The stages must be parts of one save (the same counters).
-class StagedCheckpoint {
+// without stages. The stages must be parts of one save (the same counters). As WholeParameters,
+// every stage's parameters in stage order.
+class StagedCheckpoint : public WholeParameters {
  public:
   StagedCheckpoint(const std::string& dir, const std::string& tag = "");
   size_t stages() const { return stages_.size(); }
   CheckpointParts& stage(size_t s) { return *stages_[s]; }
   const CheckpointParts& stage(size_t s) const { return *stages_[s]; }
   // The stage holding parameter `name` and its index there; {-1, -1} when none does.
-  std::pair<int, int> find(const std::string& name) const;
+  std::pair<int, int> find_in_stage(const std::string& name) const;
   std::vector<std::string> names() const;  // every stage's, in stage order
 
+  const std::string& tag() const override { return stages_.front()->tag(); }
+  const std::string& manifest_path() const override { return stages_.front()->manifest_path(); }
+  const nlohmann::json& manifest() const override { return stages_.front()->manifest(); }
+  int num_params() const override { return static_cast<int>(where_.size()); }
+  const std::string& name(int param) const override;
+  int find(const std::string& name) const override;
+  bool has_kind(const std::string& kind) const override;
+  std::vector<int64_t> shape(int param) const override;
+  int64_t numel(int param) const override;
+  void read_whole(int param, const std::string& kind, float* out) override;
+
  private:
+  std::pair<CheckpointParts*, int> at(int param) const;  // its stage and index there
   std::vector<std::unique_ptr<CheckpointParts>> stages_;
+  std::vector<std::pair<int, int>> where_;  // per parameter in stage order: (stage, index there)
 };
 
 }  // namespace zero::checkpoint

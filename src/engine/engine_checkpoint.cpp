@@ -314,7 +314,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     std::set<std::string> ours(s.param_names.begin(), s.param_names.end());
     std::vector<std::pair<int, int>> source_of(s.param_names.size(), {-1, -1});  // saved (stage, parameter) of each of ours
     for (size_t i = 0; i < s.param_names.size(); ++i) {
-      source_of[i] = saved->find(s.param_names[i]);
+      source_of[i] = saved->find_in_stage(s.param_names[i]);
       if (source_of[i].second < 0) missing.push_back(s.param_names[i]);
     }
     if (!s.pipeline) {

@@ -11,6 +11,8 @@
 
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
+#include "checkpoint/consolidate.h"
+#include "models/llama/hf_sink.h"
 #include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 #include "zero/world.h"
@@ -194,9 +196,9 @@ TEST_F(LlamaCases, PipelineRefusalsNameTheKeyAndTheNumbers) {
   EXPECT_NE(refusal(gpt).find("built for the Llama family"), std::string::npos);
 }
 
-// Saved in stages (each stage's parameters, in tensor-parallel parts at TP 2), resumed at every
-// layout this job can make — fewer or more stages, another tensor-parallel and data-parallel size,
-// none at all — directly: the next losses are the unbroken run's. AdamW, so the moments must come
+// Saved in stages (each stage's parameters, in tensor-parallel parts at TP 2), consolidated whole,
+// and resumed at every layout this job can make — fewer or more stages, another tensor-parallel
+// and data-parallel size, none at all — directly: the next losses are the unbroken run's. AdamW, so the moments must come
 // back; llama_deep's tied embedding, whose copy on the last stage follows the first stage's.
 TEST_F(LlamaCases, PipelineCheckpointsResumeAtAnyLayout) {
   const int n = test_world().size();
@@ -208,7 +210,18 @@ TEST_F(LlamaCases, PipelineCheckpointsResumeAtAnyLayout) {
   const std::vector<double> unbroken = losses(train_model(first, test_world(), nullptr));
   first.steps = 3;
   first.save_dir = saved;
+  first.export_path = (scratch.root / "exported").string();
   train_model(first, test_world(), nullptr);
+  // zero-ckpt consolidate --format hf of the staged checkpoint: the export of the same weights,
+  // bit for bit (fp32 masters, every stage's parameters, tensor-parallel slices joined).
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() == 0) {
+    const std::string consolidated = (scratch.root / "consolidated").string();
+    zero::checkpoint::StagedCheckpoint reader(saved);
+    EXPECT_EQ(reader.stages(), 2u);
+    zero::checkpoint::consolidate(reader, *zero::llama::hf_sink(consolidated, "", 0));
+    expect_same_weights(first.export_path, consolidated, "consolidated");
+  }
   std::vector<Layout> resumed_at = {{1, 1}, {1, 2}, {2, 1}};
   if (n == 4) resumed_at.push_back({4, 1});
   if (n == 8) resumed_at = {{1, 2}, {4, 1}};  // the issue's: PP 2 x TP 2 x DP 2 to PP 1 x TP 2 x DP 4 and PP 4 x TP 1 x DP 2
