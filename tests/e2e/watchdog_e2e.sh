@@ -5,7 +5,8 @@
 # - a stopped rank (SIGSTOP) among three: the waiting ranks name it as not answering;
 # - zero-train under zero-run --timeout with one rank stopped: the job ends with the error, and
 #   nothing is written to the checkpoint directory;
-# - a pipeline's last stage stopped mid-schedule: the same.
+# - a pipeline's last stage stopped mid-schedule: the same; its first stage killed: zero-run ends
+#   the job, naming it.
 # ARGS: BIN_DIR SOURCE_DIR TESTS_BIN_DIR
 set -u
 bin=$(cd "$1" && pwd) src=$(cd "$2" && pwd) tests=$(cd "$3" && pwd)
@@ -77,21 +78,26 @@ expect "$tmp/train.log" 'error: rank 0: collective timeout \(5 s\) in [a-z_]+ of
 
 # 4. A pipeline (PP 2, the Llama fixture's llama_gqa), its last stage stopped mid-schedule: the
 # first stage, waiting in a point-to-point receive or the stages' norm, ends the job naming it.
+# 5. The same with its first stage killed: the job ends at once, naming it.
+pipeline_case() {  # pipeline_case SIGNAL RANK PATTERN
+  "$bin/zero-run" -n 2 --timeout 5 "$bin/zero-train" --model "$cases/llama_gqa/model" --train-data "$cases/tokens.bin" \
+    --seq-len 16 --config "$tmp/pp.json" --steps 1000000 --print-every 1 --no-progress > "$tmp/pipeline_$1.log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 300); do grep -q '^step' "$tmp/pipeline_$1.log" && break; sleep 0.2; done
+  victim=$(rank_pid zero-train "$2")
+  [[ -n $victim ]] || { echo "FAIL pipeline: rank $2 not found"; cat "$tmp/pipeline_$1.log"; fail=1; }
+  start=$(date +%s%N)
+  kill -"$1" "$victim"
+  ends_failing "pipeline (SIG$1 on rank $2, timeout 5 s)" $(((5 + 8) * 1000))
+  expect "$tmp/pipeline_$1.log" "$3" "pipeline SIG$1"
+}
 cases=${ZERO_LLAMA_CASES:-}
 if [[ -f $cases/llama_gqa/model/config.json ]]; then
   printf '%s' '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 3, "zero_allow_untested_optimizer": true,
     "zero_optimization": {"stage": 1}, "optimizer": {"type": "SGD", "params": {"lr": 0.05}},
     "pipeline_parallel": {"pp_size": 2}}' > "$tmp/pp.json"
-  "$bin/zero-run" -n 2 --timeout 5 "$bin/zero-train" --model "$cases/llama_gqa/model" --train-data "$cases/tokens.bin" \
-    --seq-len 16 --config "$tmp/pp.json" --steps 1000000 --print-every 1 --no-progress > "$tmp/pipeline.log" 2>&1 &
-  job=$!
-  for _ in $(seq 1 300); do grep -q '^step' "$tmp/pipeline.log" && break; sleep 0.2; done
-  victim=$(rank_pid zero-train 1)
-  [[ -n $victim ]] || { echo "FAIL pipeline: rank 1 not found"; cat "$tmp/pipeline.log"; fail=1; }
-  start=$(date +%s%N)
-  kill -STOP "$victim"
-  ends_failing "pipeline (SIGSTOP, timeout 5 s)" $(((5 + 8) * 1000))
-  expect "$tmp/pipeline.log" 'error: rank 0: collective timeout \(5 s\) in [a-z_]+ of step [0-9]+; did not arrive: rank 1 \(no answer: stopped, dead or unreachable\)' "pipeline error"
+  pipeline_case STOP 1 'error: rank 0: collective timeout \(5 s\) in [a-z_]+ of step [0-9]+; did not arrive: rank 1 \(no answer: stopped, dead or unreachable\)'
+  pipeline_case KILL 0 'zero-run: rank 0 was killed by signal 9'
 else
   echo "FAIL pipeline: ZERO_LLAMA_CASES has no llama_gqa (CTest's llama_cases fixture writes it)"; fail=1
 fi
