@@ -1,5 +1,6 @@
 #include "models/llama/llama.h"
 
+#include "models/llama/llama_moe.h"
 #include "models/llama/llama_tensor_parallel.h"
 
 #include <torch/torch.h>
@@ -132,20 +133,23 @@ LlamaAttention::LlamaAttention(const LlamaConfig&, WeightSource& source, const s
   o_proj = make("o_proj");
 }
 
-LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                   const TensorParallelPlace& place) {
-  const std::string p = layer_prefix(layer) + "mlp.";
-  auto make = [&](const char* name) {
-    return register_module(name, std::make_shared<Weights>(source, p + name + ".", tensors, dtype, place));
+LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, const std::string& prefix,
+                   at::ScalarType dtype, const TensorParallelPlace& place, const std::vector<std::string>& names) {
+  auto make = [&](const std::string& name) {
+    return register_module(name, std::make_shared<Weights>(source, prefix + name + ".", tensors, dtype, place));
   };
-  gate_proj = make("gate_proj");
-  up_proj = make("up_proj");
-  down_proj = make("down_proj");
+  gate_proj = make(names.at(0));
+  up_proj = make(names.at(1));
+  down_proj = make(names.at(2));
+}
+
+at::Tensor LlamaMlp::forward(const at::Tensor& x) {
+  return linear(torch::silu(linear(x, *gate_proj)) * linear(x, *up_proj), *down_proj);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
                                      const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                                     const TensorParallelPlace& tp)
+                                     const TensorParallelPlace& tp, std::shared_ptr<RouterLogits> router_logits)
     : config(c),
       rope(std::move(r)),
       place(tp),
@@ -154,7 +158,13 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<Rotar
   // Registration order is transformers' (the engine lays buckets out from it).
   const std::string p = layer_prefix(layer);
   self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, source, tensors, layer, dtype, tp));
-  mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, layer, dtype, tp));
+  if (c.is_moe_layer(layer)) {
+    const std::string name = c.moe_prefix();
+    moe = register_module(name.substr(0, name.size() - 1),
+                          std::make_shared<SparseMoeBlock>(c, source, tensors, layer, dtype, std::move(router_logits)));
+  } else {
+    mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, p + "mlp.", dtype, tp));
+  }
   input_layernorm =
       register_module("input_layernorm", std::make_shared<Weights>(source, p + "input_layernorm.", tensors, dtype));
   post_attention_layernorm = register_module(
@@ -193,6 +203,7 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   const at::Tensor attended = attention(q, k, v, T, G, x.device());
   const at::Tensor y = x + leave(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
   const at::Tensor n2 = enter(rms_norm(y, whole(post_attention_layernorm->weight), config.rms_norm_eps));
+  if (moe) return y + moe->forward(n2);  // (no tensor parallelism: the model refuses it)
   return y + leave(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
 }
 
@@ -223,7 +234,7 @@ at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp,
-                       const PipelinePlace& stage) {
+                       const PipelinePlace& stage, std::shared_ptr<RouterLogits> router_logits) {
   const std::vector<HfTensor> tensors = llama_tensors(c);
   if (stage.first()) {
     embed_tokens = register_module(
@@ -234,7 +245,8 @@ LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarTyp
   const int end = stage.end_layer < 0 ? static_cast<int>(c.num_hidden_layers) : stage.end_layer;
   for (int l = stage.first_layer; l < end; ++l) {  // named by their place in the whole model
     layers.push_back(layer_list->register_module(
-        std::to_string(l), std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp)));
+        std::to_string(l),
+        std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp, router_logits)));
   }
   if (stage.last()) norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
 }
@@ -260,9 +272,24 @@ LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::Scal
     : config(std::move(c)), place(tp), stage(pipeline) {
   if (place.size > 1) check_heads_split(config, place.size);
   if (place.size == 1) place.group = nullptr;
+  if (config.moe.num_experts > 0 && place.size > 1) {
+    throw Error(fmt::format("tensor parallelism with {}'s experts is not built yet (expert parallelism is the way "
+                            "to split them)",
+                            config.family_name()),
+                "tensor_parallel.autotp_size");
+  }
+  if (config.moe.output_router_logits) {
+    if (pipeline.stages > 1) {
+      throw Error(fmt::format("{}'s load-balancing loss (output_router_logits) with pipeline stages is not built yet: "
+                              "its router logits are on every stage",
+                              config.family_name()),
+                  "pipeline_parallel.pp_size");
+    }
+    router_logits = std::make_shared<RouterLogits>();
+  }
   if (stage.end_layer < 0) stage.end_layer = static_cast<int>(config.num_hidden_layers);
   vocab_start = slice_range(config.vocab_size, place.rank, place.size).start;
-  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place, stage));
+  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place, stage, router_logits));
   if (stage.last() && !config.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place));
@@ -277,6 +304,7 @@ const at::Tensor& LlamaForCausalLM::output_weight() const {
 }
 
 at::Tensor LlamaForCausalLM::embed(const at::Tensor& tokens) {
+  if (router_logits) router_logits->clear();  // a forward starts
   const int64_t T = tokens.size(1);
   if (T > config.max_position_embeddings) {
     throw Error("a sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings " +
@@ -323,8 +351,27 @@ at::Tensor LlamaForCausalLM::head_loss(const at::Tensor& h, const at::Tensor& ta
                                         *place.group, mean, -100);
   }
   const at::Tensor logits = zero::linear(h, output_weight());
-  return torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat), targets.reshape(-1), {},
-                                   mean ? at::Reduction::Mean : at::Reduction::Sum, -100);
+  const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat),
+                                                    targets.reshape(-1), {}, mean ? at::Reduction::Mean : at::Reduction::Sum,
+                                                    -100);
+  if (!router_logits || router_logits->empty()) return loss;
+  // transformers adds router_aux_loss_coef x the load-balancing loss of this forward's routers.
+  const RouterLogits routed = std::exchange(*router_logits, {});
+  if (!mean) {
+    throw Error(fmt::format("{}'s load-balancing loss (output_router_logits) beside a loss summed over tokens "
+                            "(zero-finetune's) is not built yet",
+                            config.family_name()),
+                "output_router_logits");
+  }
+  if (at::GradMode::is_enabled() && !routed.front().requires_grad()) {
+    // A checkpointed layer's first run is under no_grad: the routers' part of the gradient would be lost.
+    throw Error(fmt::format("{}'s load-balancing loss (output_router_logits) with activation checkpointing is not "
+                            "built yet",
+                            config.family_name()),
+                "output_router_logits");
+  }
+  return loss + config.moe.router_aux_loss_coef *
+                    load_balancing_loss(routed, config.moe.num_experts, config.moe.experts_per_token);
 }
 
 at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {

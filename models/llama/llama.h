@@ -102,16 +102,25 @@ struct LlamaAttention : torch::nn::Module {
   std::shared_ptr<Weights> q_proj, k_proj, v_proj, o_proj;
 };
 
+// SwiGLU: down(silu(gate(x)) · up(x)) — a layer's MLP, or one expert of a MoE layer (whose
+// projections Mixtral names w1, w3, w2).
 struct LlamaMlp : torch::nn::Module {
-  LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-           const TensorParallelPlace& place);
+  LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, const std::string& prefix, at::ScalarType dtype,
+           const TensorParallelPlace& place = {},
+           const std::vector<std::string>& names = {"gate_proj", "up_proj", "down_proj"});
+  at::Tensor forward(const at::Tensor& x);  // whole (no tensor parallelism)
   std::shared_ptr<Weights> gate_proj, up_proj, down_proj;
 };
 
+struct SparseMoeBlock;  // llama_moe.h
+// The router logits of a forward's MoE layers, in order (the load-balancing loss's input).
+using RouterLogits = std::vector<at::Tensor>;
+
 struct LlamaDecoderLayer : torch::nn::Module {
+  // `router_logits`: where a MoE layer's router logits go when the loss needs them (else null).
   LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, WeightSource& source,
                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                    const TensorParallelPlace& place = {});
+                    const TensorParallelPlace& place = {}, std::shared_ptr<RouterLogits> router_logits = nullptr);
   at::Tensor forward(const at::Tensor& x);
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T, int64_t G,
                        at::Device device) const;
@@ -122,12 +131,13 @@ struct LlamaDecoderLayer : torch::nn::Module {
   int64_t heads = 0, kv_heads = 0;  // this rank's (all of them without tensor parallelism)
   std::shared_ptr<Weights> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
-  std::shared_ptr<LlamaMlp> mlp;
+  std::shared_ptr<LlamaMlp> mlp;         // a dense layer's
+  std::shared_ptr<SparseMoeBlock> moe;   // a MoE layer's (registered as the family names it)
 };
 
 struct LlamaModel : torch::nn::Module {
   LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& place,
-             const PipelinePlace& stage = {});
+             const PipelinePlace& stage = {}, std::shared_ptr<RouterLogits> router_logits = nullptr);
   std::shared_ptr<Weights> embed_tokens, norm;  // null on the stages that do not hold them
   std::shared_ptr<torch::nn::Module> layer_list;  // registered as "layers": "0", "1", ...
   std::vector<std::shared_ptr<zero::Unit<LlamaDecoderLayer>>> layers;
@@ -165,6 +175,9 @@ struct LlamaForCausalLM : torch::nn::Module {
   // The checkpointed block inputs kept split over the tensor-parallel group (DeepSpeed's
   // partition_activations). Under sequence parallelism they are split along the sequence already.
   bool partition_activations = false;
+  // The MoE layers' router logits of the forward under way, when the loss adds the load-balancing
+  // loss (config.moe.output_router_logits); null otherwise.
+  std::shared_ptr<RouterLogits> router_logits;
 
  private:
   at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden] (T/size: sequence-parallel)

@@ -1,5 +1,6 @@
 #include "models/llama/llama_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -127,7 +128,46 @@ struct Defaults {
   int64_t vocab, hidden, intermediate, layers, heads, max_positions;
   std::optional<int64_t> kv_heads;  // none: num_attention_heads
   int64_t sliding_window;
+  double rms_norm_eps = 1e-6, rope_theta = 10000.0;
 };
+
+// The experts of Mixtral (num_local_experts, always renormalised) and Qwen2-MoE (num_experts,
+// moe_intermediate_size, the shared expert, norm_topk_prob, which layers).
+MoeConfig read_moe(Fields& f, const json& j, Family family, int64_t intermediate_size, int64_t layers) {
+  const std::string& origin = f.origin();
+  MoeConfig m;
+  if (family == Family::kMixtral) {
+    m.num_experts = f.get<int64_t>(j.contains("num_experts") ? "num_experts" : "num_local_experts", 8);
+    m.experts_per_token = f.get<int64_t>("num_experts_per_tok", 2);
+    m.expert_intermediate_size = intermediate_size;
+    m.normalize_top_k = true;
+    if (f.get<double>("router_jitter_noise", 0.0) != 0.0)
+      refuse(origin, "router_jitter_noise", "must be 0: zerocpp trains without the router's random jitter");
+  } else {
+    m.num_experts = f.get<int64_t>("num_experts", 60);
+    m.experts_per_token = f.get<int64_t>("num_experts_per_tok", 4);
+    m.expert_intermediate_size = f.get<int64_t>("moe_intermediate_size", 1408);
+    m.shared_expert_intermediate_size = f.get<int64_t>("shared_expert_intermediate_size", 5632);
+    m.normalize_top_k = f.get<bool>("norm_topk_prob", false);
+    m.decoder_sparse_step = f.get<int64_t>("decoder_sparse_step", 1);
+    m.mlp_only_layers = f.get<std::vector<int64_t>>("mlp_only_layers", {});
+    if (m.decoder_sparse_step < 1) refuse(origin, "decoder_sparse_step", "must be at least 1");
+    for (int64_t l : m.mlp_only_layers)
+      if (l < 0 || l >= layers) refuse(origin, "mlp_only_layers", std::to_string(l) + " is not a layer");
+    if (m.shared_expert_intermediate_size < 1) refuse(origin, "shared_expert_intermediate_size", "must be positive");
+  }
+  m.output_router_logits = f.get<bool>("output_router_logits", false);
+  m.router_aux_loss_coef = f.get<double>("router_aux_loss_coef", 0.001);
+  const char* experts_key = family == Family::kMixtral && !j.contains("num_experts") ? "num_local_experts" : "num_experts";
+  if (m.num_experts < 1 || m.num_experts > (int64_t{1} << 12))
+    refuse(origin, experts_key, std::to_string(m.num_experts) + " is not between 1 and 4096");
+  if (m.experts_per_token < 1 || m.experts_per_token > m.num_experts)
+    refuse(origin, "num_experts_per_tok",
+           std::to_string(m.experts_per_token) + " is not between 1 and the " + std::to_string(m.num_experts) + " experts");
+  if (m.expert_intermediate_size < 1 || m.expert_intermediate_size > (int64_t{1} << 22))
+    refuse(origin, family == Family::kMixtral ? "intermediate_size" : "moe_intermediate_size", "out of range");
+  return m;
+}
 
 RopeScaling read_rope_scaling(const json& r, const std::string& origin, const std::string& key) {
   RopeScaling s;
@@ -174,8 +214,25 @@ const char* LlamaConfig::family_name() const {
       return "Mistral";
     case Family::kQwen2:
       return "Qwen2";
+    case Family::kMixtral:
+      return "Mixtral";
+    case Family::kQwen2Moe:
+      return "Qwen2-MoE";
   }
   return "?";
+}
+
+bool LlamaConfig::is_moe_layer(int64_t layer) const {
+  if (moe.num_experts == 0) return false;
+  if (std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), layer) != moe.mlp_only_layers.end()) return false;
+  return (layer + 1) % moe.decoder_sparse_step == 0;
+}
+
+std::string LlamaConfig::moe_prefix() const { return family == Family::kMixtral ? "block_sparse_moe." : "mlp."; }
+
+std::vector<std::string> LlamaConfig::expert_projections() const {
+  if (family == Family::kMixtral) return {"w1", "w3", "w2"};
+  return {"gate_proj", "up_proj", "down_proj"};
 }
 
 LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
@@ -187,11 +244,13 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   const std::map<std::string, std::pair<std::string, Family>> families = {
       {"llama", {"LlamaForCausalLM", Family::kLlama}},
       {"mistral", {"MistralForCausalLM", Family::kMistral}},
-      {"qwen2", {"Qwen2ForCausalLM", Family::kQwen2}}};
+      {"qwen2", {"Qwen2ForCausalLM", Family::kQwen2}},
+      {"mixtral", {"MixtralForCausalLM", Family::kMixtral}},
+      {"qwen2_moe", {"Qwen2MoeForCausalLM", Family::kQwen2Moe}}};
   const auto family = families.find(c.model_type);
   if (family == families.end()) {
     refuse(origin, "model_type",
-           "\"" + c.model_type + "\" is not a model zerocpp trains (llama, mistral and qwen2 are)");
+           "\"" + c.model_type + "\" is not a model zerocpp trains (llama, mistral, qwen2, mixtral and qwen2_moe are)");
   }
   c.family = family->second.second;
   c.architecture = family->second.first;
@@ -203,7 +262,9 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   }
   const Defaults d = c.family == Family::kLlama     ? Defaults{32000, 4096, 11008, 32, 32, 2048, std::nullopt, 0}
                      : c.family == Family::kMistral ? Defaults{32000, 4096, 14336, 32, 32, 131072, 8, 4096}
-                                                    : Defaults{151936, 4096, 22016, 32, 32, 32768, 32, 0};
+                     : c.family == Family::kQwen2   ? Defaults{151936, 4096, 22016, 32, 32, 32768, 32, 0}
+                     : c.family == Family::kMixtral ? Defaults{32000, 4096, 14336, 32, 32, 131072, 8, 0, 1e-5, 1e6}
+                                                    : Defaults{151936, 2048, 5632, 24, 16, 32768, 16, 0};
   c.vocab_size = f.get<int64_t>("vocab_size", d.vocab);
   c.hidden_size = f.get<int64_t>("hidden_size", d.hidden);
   c.intermediate_size = f.get<int64_t>("intermediate_size", d.intermediate);
@@ -216,7 +277,7 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   c.pad_token_id = f.get<int64_t>("pad_token_id", -1);
   if (c.pad_token_id >= c.vocab_size) refuse(origin, "pad_token_id", "is not below vocab_size");
   c.max_position_embeddings = f.get<int64_t>("max_position_embeddings", d.max_positions);
-  c.rms_norm_eps = f.get<double>("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = f.get<double>("rms_norm_eps", d.rms_norm_eps);
   c.tie_word_embeddings = f.get<bool>("tie_word_embeddings", false);
   c.torch_dtype = f.has("torch_dtype") ? f.get<std::string>("torch_dtype", "") : f.get<std::string>("dtype", "");
   for (const auto* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -249,7 +310,7 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   if (c.head_dim % 2 != 0) refuse(origin, "head_dim", "must be even (rotary embeddings rotate pairs)");
 
   // Rotary embeddings: rope_theta and rope_scaling, or transformers 5's rope_parameters.
-  c.rope_theta = f.get<double>("rope_theta", 10000.0);
+  c.rope_theta = f.get<double>("rope_theta", d.rope_theta);
   if (f.has("rope_scaling")) c.rope_scaling = read_rope_scaling(f.at("rope_scaling"), origin, "rope_scaling");
   if (f.has("rope_parameters")) {
     const json& p = f.at("rope_parameters");
@@ -272,11 +333,11 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
   if (c.family == Family::kLlama) {
     c.qkv_bias = c.o_bias = f.get<bool>("attention_bias", false);
     c.mlp_bias = f.get<bool>("mlp_bias", false);
-  } else if (c.family == Family::kMistral) {
+  } else if (c.family == Family::kMistral || c.family == Family::kMixtral) {
     c.sliding_window = f.get<int64_t>("sliding_window", d.sliding_window);
     if (j.contains("sliding_window") && j["sliding_window"].is_null()) c.sliding_window = 0;
   } else {
-    c.qkv_bias = true;
+    c.qkv_bias = c.family == Family::kQwen2 || f.get<bool>("qkv_bias", true);
     if (f.get<bool>("use_sliding_window", false))
       refuse(origin, "use_sliding_window", "Qwen2's per-layer sliding window is not computed by zerocpp");
     f.get<int64_t>("sliding_window", 0);  // only read when use_sliding_window is true
@@ -289,6 +350,8 @@ LlamaConfig parse_llama_config(const json& j, const std::string& origin) {
     }
   }
   if (c.sliding_window < 0) refuse(origin, "sliding_window", "must be positive or null");
+  if (c.family == Family::kMixtral || c.family == Family::kQwen2Moe)
+    c.moe = read_moe(f, j, c.family, c.intermediate_size, c.num_hidden_layers);
   f.check_all_read();
   return c;
 }
@@ -333,6 +396,25 @@ std::vector<HfTensor> llama_tensors(const LlamaConfig& c) {
     add("self_attn.o_proj.weight", {H, c.q_size()});
     if (c.o_bias) add("self_attn.o_proj.bias", {H});
     add("post_attention_layernorm.weight", {H});
+    if (c.is_moe_layer(l)) {
+      const std::string m = c.moe_prefix();
+      const std::vector<std::string> proj = c.expert_projections();
+      const int64_t E = c.moe.expert_intermediate_size, S = c.moe.shared_expert_intermediate_size;
+      add(m + "gate.weight", {c.moe.num_experts, H});
+      for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        add(x + proj[0] + ".weight", {E, H});
+        add(x + proj[1] + ".weight", {E, H});
+        add(x + proj[2] + ".weight", {H, E});
+      }
+      if (S > 0) {
+        add(m + "shared_expert.gate_proj.weight", {S, H});
+        add(m + "shared_expert.up_proj.weight", {S, H});
+        add(m + "shared_expert.down_proj.weight", {H, S});
+        add(m + "shared_expert_gate.weight", {1, H});
+      }
+      continue;
+    }
     add("mlp.gate_proj.weight", {I, H});
     if (c.mlp_bias) add("mlp.gate_proj.bias", {I});
     add("mlp.up_proj.weight", {I, H});

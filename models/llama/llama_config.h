@@ -1,6 +1,8 @@
 // A Hugging Face `config.json` of the Llama decoder family (LlamaForCausalLM: Llama 2, 3, 3.1,
-// 3.2; MistralForCausalLM; Qwen2ForCausalLM), read with transformers' defaults for each
-// model_type (configuration_llama.py, configuration_mistral.py, configuration_qwen2.py).
+// 3.2; MistralForCausalLM; Qwen2ForCausalLM; and with mixtures of experts MixtralForCausalLM and
+// Qwen2MoeForCausalLM), read with transformers' defaults for each model_type
+// (configuration_llama.py, configuration_mistral.py, configuration_qwen2.py,
+// configuration_mixtral.py, configuration_qwen2_moe.py).
 //
 // Every field is read, or known to leave the training numbers alone (token ids, generation
 // settings, bookkeeping), or refused by name: a value zerocpp does not compute (rope_scaling types
@@ -18,7 +20,22 @@
 
 namespace zero::llama {
 
-enum class Family { kLlama, kMistral, kQwen2 };
+enum class Family { kLlama, kMistral, kQwen2, kMixtral, kQwen2Moe };
+
+// Mixtures of experts (Mixtral, Qwen2-MoE): a router picks each token's top-k experts (SwiGLU
+// MLPs) of a MoE layer, whose outputs are summed weighted by the router's probabilities.
+struct MoeConfig {
+  int64_t num_experts = 0;  // 0: every layer dense
+  int64_t experts_per_token = 0;
+  int64_t expert_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert; 0: none
+  bool normalize_top_k = false;                 // the k weights renormalised to sum to 1
+  int64_t decoder_sparse_step = 1;              // Qwen2-MoE: every step-th layer has experts
+  std::vector<int64_t> mlp_only_layers;         // Qwen2-MoE: dense whatever the step
+  // The load-balancing loss (router_aux_loss_coef x load_balancing_loss_func) joins the loss.
+  bool output_router_logits = false;
+  double router_aux_loss_coef = 0.001;
+};
 
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3 } type = Type::kNone;
@@ -46,7 +63,14 @@ struct LlamaConfig {
   int64_t pad_token_id = -1;
   std::string torch_dtype;  // what the file says the weights are ("bfloat16"), informational
 
+  MoeConfig moe;
+
   int64_t q_size() const { return num_attention_heads * head_dim; }
+  bool is_moe_layer(int64_t layer) const;
+  // Where a MoE layer's router and experts sit ("block_sparse_moe." for Mixtral, "mlp." for
+  // Qwen2-MoE) and its experts' three projections' names (gate, up, down).
+  std::string moe_prefix() const;
+  std::vector<std::string> expert_projections() const;
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
   const char* family_name() const;
 };

@@ -151,8 +151,18 @@ at::ScalarType llama_training_dtype(const Config& config) {
 
 double llama_flops_per_token(const LlamaConfig& c, int64_t seq) {
   const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
-  const double per_layer = H * static_cast<double>(c.q_size()) * 2 + H * static_cast<double>(c.kv_size()) * 2 + 3 * H * I;
-  const double matmul_weights = per_layer * static_cast<double>(c.num_hidden_layers) + H * static_cast<double>(c.vocab_size);
+  const double attention_weights = H * static_cast<double>(c.q_size()) * 2 + H * static_cast<double>(c.kv_size()) * 2;
+  // The weights a token multiplies: a dense layer's MLP, or a MoE layer's router, its k experts
+  // and the shared expert (the model's active parameters, not all of them).
+  const MoeConfig& m = c.moe;
+  const double moe_weights = H * static_cast<double>(m.num_experts) +
+                             3 * H * static_cast<double>(m.experts_per_token * m.expert_intermediate_size) +
+                             (m.shared_expert_intermediate_size > 0
+                                  ? 3 * H * static_cast<double>(m.shared_expert_intermediate_size) + H
+                                  : 0.0);
+  double matmul_weights = H * static_cast<double>(c.vocab_size);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    matmul_weights += attention_weights + (c.is_moe_layer(l) ? moe_weights : 3 * H * I);
   const double attention = 4.0 * static_cast<double>(seq) * static_cast<double>(c.q_size()) *
                            static_cast<double>(c.num_hidden_layers);
   const double forward = 2 * matmul_weights + attention;

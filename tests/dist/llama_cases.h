@@ -80,6 +80,13 @@ inline void expect_same_weights(const std::string& a_dir, const std::string& b_d
   }
 }
 
+// Each loss within 1e-5 of the reference's.
+inline void expect_reference(const std::vector<double>& got, const std::vector<double>& reference,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), reference.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 1e-5) << what << ", step " << i + 1;
+}
+
 // The message of the error training with `o` raises, or "" when it trains.
 inline std::string refusal(const TrainerOptions& o) {
   try {

@@ -56,11 +56,6 @@ std::vector<Layout> layouts() {
   return {};
 }
 
-void expect_reference(const std::vector<double>& got, const std::vector<double>& reference, const std::string& what) {
-  ASSERT_EQ(got.size(), reference.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 1e-5) << what << ", step " << i + 1;
-}
-
 }  // namespace
 
 // Untied GQA (llama_gqa: 3 layers, stages of 2 and 1) and Qwen2's biases with tied embeddings

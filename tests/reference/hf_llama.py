@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Independent reference for Hugging Face LlamaForCausalLM / MistralForCausalLM /
-Qwen2ForCausalLM as transformers computes them in eager attention mode.
+Qwen2ForCausalLM / MixtralForCausalLM / Qwen2MoeForCausalLM as transformers computes them in
+eager attention mode.
 
-Written from the transformers sources (modeling_{llama,mistral,qwen2}.py,
+Written from the transformers sources (modeling_{llama,mistral,qwen2,mixtral,qwen2_moe}.py,
 configuration_*.py, modeling_rope_utils.py, masking_utils.py, loss_utils.py) and
 the safetensors format, using only the stdlib and torch, so that it shares no code
 with the C++ it checks.  Every subcommand prints exactly one JSON line on stdout.
@@ -41,8 +42,22 @@ DEFAULTS = {
     "qwen2": dict(_COMMON, vocab_size=151936, intermediate_size=22016, num_key_value_heads=32,
                   max_position_embeddings=32768, use_sliding_window=False, sliding_window=4096,
                   max_window_layers=28, layer_types=None),
+    # configuration_mixtral.py: Mistral's attention (sliding_window None by default), experts.
+    "mixtral": dict(_COMMON, intermediate_size=14336, num_key_value_heads=8, max_position_embeddings=4096 * 32,
+                    rope_theta=1e6, rms_norm_eps=1e-5, sliding_window=None, num_local_experts=8,
+                    num_experts_per_tok=2, output_router_logits=False, router_aux_loss_coef=0.001,
+                    router_jitter_noise=0.0),
+    # configuration_qwen2_moe.py: Qwen2's attention (qkv_bias), experts on every
+    # decoder_sparse_step-th layer not in mlp_only_layers, a shared expert behind a sigmoid gate.
+    "qwen2_moe": dict(_COMMON, vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768,
+                      use_sliding_window=False, sliding_window=4096, max_window_layers=28, layer_types=None,
+                      decoder_sparse_step=1, moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                      num_experts_per_tok=4, num_experts=60, norm_topk_prob=False, output_router_logits=False,
+                      router_aux_loss_coef=0.001, mlp_only_layers=[], qkv_bias=True),
 }
-ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
+ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+        "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe"}
 
 
 class RefError(Exception):
@@ -67,7 +82,8 @@ def resolve_config(raw):
     if c.num_attention_heads % c.num_key_value_heads:
         raise RefError("num_attention_heads must be a multiple of num_key_value_heads")
     # Which projections carry a bias is fixed per architecture, not only by config.
-    c.qkv_bias = {"llama": bool(d.get("attention_bias")), "mistral": False, "qwen2": True}[mt]
+    c.qkv_bias = {"llama": bool(d.get("attention_bias")), "mistral": False, "qwen2": True, "mixtral": False,
+                  "qwen2_moe": bool(d.get("qkv_bias"))}[mt]
     c.o_bias = mt == "llama" and bool(d.get("attention_bias"))
     c.mlp_bias = mt == "llama" and bool(d.get("mlp_bias"))
     # v5-style configs fold theta and scaling into rope_parameters.
@@ -79,7 +95,7 @@ def resolve_config(raw):
     L = c.num_hidden_layers
     if mt == "llama":
         c.windows = [None] * L
-    elif mt == "mistral":  # every layer windowed unless sliding_window is null
+    elif mt in ("mistral", "mixtral"):  # every layer windowed unless sliding_window is null
         c.windows = [c.sliding_window] * L
     else:  # qwen2: window only if use_sliding_window, and only on layer_types "sliding_attention"
         sw = c.sliding_window if c.use_sliding_window else None
@@ -90,6 +106,24 @@ def resolve_config(raw):
         if "sliding_attention" in types_ and sw is None:
             raise RefError("layer_types asks for sliding attention but sliding_window is unset")
         c.windows = [sw if t == "sliding_attention" else None for t in types_]
+    # Experts: which layers have them (the rest a dense MLP of intermediate_size), how many, the
+    # top-k, and each expert's width.
+    c.moe_layers = [False] * L
+    c.shared_size = 0
+    if mt == "mixtral":
+        if c.router_jitter_noise:
+            raise RefError("router_jitter_noise makes training random; not reproducible here")
+        c.moe_layers = [True] * L
+        c.num_experts, c.expert_size, c.norm_topk = c.num_local_experts, c.intermediate_size, True
+        c.expert_names = ("w1", "w3", "w2")  # gate, up, down
+        c.moe_prefix = "block_sparse_moe."
+    elif mt == "qwen2_moe":
+        c.moe_layers = [i not in c.mlp_only_layers and c.num_experts > 0 and (i + 1) % c.decoder_sparse_step == 0
+                        for i in range(L)]
+        c.expert_size, c.norm_topk = c.moe_intermediate_size, c.norm_topk_prob
+        c.shared_size = c.shared_expert_intermediate_size
+        c.expert_names = ("gate_proj", "up_proj", "down_proj")
+        c.moe_prefix = "mlp."
     return c
 
 
@@ -112,6 +146,17 @@ def param_specs(c):
             if bias:
                 specs.append((f"{p}self_attn.{proj}_proj.bias", (out,), "bias"))
         specs.append((p + "post_attention_layernorm.weight", (H,), "norm"))
+        if c.moe_layers[i]:
+            m, (g, u, d), Ie = p + c.moe_prefix, c.expert_names, c.expert_size
+            specs.append((m + "gate.weight", (c.num_experts, H), "w"))
+            for e in range(c.num_experts):
+                for proj, out, inp in ((g, Ie, H), (u, Ie, H), (d, H, Ie)):
+                    specs.append((f"{m}experts.{e}.{proj}.weight", (out, inp), "w"))
+            if c.shared_size:
+                for proj, out, inp in (("gate", c.shared_size, H), ("up", c.shared_size, H), ("down", H, c.shared_size)):
+                    specs.append((f"{m}shared_expert.{proj}_proj.weight", (out, inp), "w"))
+                specs.append((m + "shared_expert_gate.weight", (1, H), "w"))
+            continue
         for proj, out, inp in (("gate", I, H), ("up", I, H), ("down", H, I)):
             specs.append((f"{p}mlp.{proj}_proj.weight", (out, inp), "w"))
             if c.mlp_bias:
@@ -206,8 +251,55 @@ def attention(c, P, p, x, cos, sin, mask):
     return linear(P, out, p + "o_proj")
 
 
-def forward_logits(c, P, ids):
-    """ids [B,T] int64 -> logits [B,T,V] in the weights' dtype (HF: lm_head output)."""
+def swiglu(P, m, names, x):
+    g, u, d = names
+    return linear(P, F.silu(linear(P, x, m + g)) * linear(P, x, m + u), m + d)
+
+
+def sparse_moe(c, P, m, h, router_logits):
+    """MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock (transformers 4's eager loop): each token's
+    top-k experts by the fp32 softmax of the router's logits (renormalised over the k for Mixtral,
+    and for Qwen2-MoE when norm_topk_prob), weights cast to the activations' dtype, each expert's
+    tokens in one matmul, summed into the output expert by expert; no token dropped."""
+    B, T, H = h.shape
+    x = h.reshape(-1, H)
+    logits = F.linear(x, P[m + "gate.weight"])
+    router_logits.append(logits)
+    probs = F.softmax(logits, dim=1, dtype=torch.float)
+    weights, chosen = torch.topk(probs, c.num_experts_per_tok, dim=-1)
+    if c.norm_topk:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = weights.to(x.dtype)
+    out = torch.zeros_like(x)
+    hits = F.one_hot(chosen, num_classes=c.num_experts).permute(2, 1, 0)  # [E, k, tokens]
+    for e in range(c.num_experts):
+        slot, token = torch.where(hits[e])
+        if token.numel() == 0:
+            continue
+        y = swiglu(P, f"{m}experts.{e}.", c.expert_names, x[token]) * weights[token, slot, None]
+        out.index_add_(0, token, y.to(x.dtype))
+    if c.shared_size:
+        shared = swiglu(P, m + "shared_expert.", ("gate_proj", "up_proj", "down_proj"), x)
+        out = out + torch.sigmoid(F.linear(x, P[m + "shared_expert_gate.weight"])) * shared
+    return out.reshape(B, T, H)
+
+
+def load_balancing_loss(c, router_logits):
+    """load_balancing_loss_func without an attention mask: the MoE layers' logits pooled, E times
+    the sum over experts of (the share of top-k picks it got) x (its mean routing probability)."""
+    G = torch.cat(router_logits, dim=0)
+    probs = F.softmax(G, dim=-1)
+    _, chosen = torch.topk(probs, c.num_experts_per_tok, dim=-1)
+    picked = F.one_hot(chosen, c.num_experts)
+    share = torch.mean(picked.float(), dim=0)  # [k, E]
+    mean_prob = torch.mean(probs, dim=0)       # [E]
+    return torch.sum(share * mean_prob.unsqueeze(0)) * c.num_experts
+
+
+def forward_logits(c, P, ids, router_logits=None):
+    """ids [B,T] int64 -> logits [B,T,V] in the weights' dtype (HF: lm_head output); the MoE
+    layers' router logits appended to `router_logits`."""
+    router_logits = [] if router_logits is None else router_logits
     emb = P["model.embed_tokens.weight"]
     # nn.Embedding(padding_idx=pad_token_id): that row gets no gradient.
     x = F.embedding(ids, emb, padding_idx=c.pad_token_id)
@@ -219,17 +311,29 @@ def forward_logits(c, P, ids):
         h = rms_norm(x, P[p + "input_layernorm.weight"], c.rms_norm_eps)
         x = x + attention(c, P, p + "self_attn.", h, cos, sin, masks[c.windows[i]])
         h = rms_norm(x, P[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-        m = p + "mlp."
-        x = x + linear(P, F.silu(linear(P, h, m + "gate_proj")) * linear(P, h, m + "up_proj"), m + "down_proj")
+        if c.moe_layers[i]:
+            x = x + sparse_moe(c, P, p + c.moe_prefix, h, router_logits)
+        else:
+            x = x + swiglu(P, p + "mlp.", ("gate_proj", "up_proj", "down_proj"), h)
     x = rms_norm(x, P["model.norm.weight"], c.rms_norm_eps)
     head = emb if c.tie_word_embeddings else P["lm_head.weight"]
     return F.linear(x, head)
 
 
-def forward_loss(c, P, inputs, targets):
-    # loss_utils.ForCausalLMLoss: logits upcast to fp32, mean CE (no -100 labels here).
-    logits = forward_logits(c, P, inputs).float()
-    return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+def forward_loss(c, P, inputs, targets, chunks=1):
+    """loss_utils.ForCausalLMLoss: logits upcast to fp32, mean CE (no -100 labels here); with
+    output_router_logits plus router_aux_loss_coef x the load-balancing loss. That one is not a
+    mean over rows, so a batch trained as `chunks` equal parts (data-parallel ranks x micro-batches,
+    each a forward of its own) is the mean of the parts' losses."""
+    parts = []
+    for x, y in zip(inputs.chunk(chunks), targets.chunk(chunks)):
+        router_logits = []
+        logits = forward_logits(c, P, x, router_logits).float()
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        if getattr(c, "output_router_logits", False) and router_logits:
+            loss = loss + c.router_aux_loss_coef * load_balancing_loss(c, router_logits)
+        parts.append(loss)
+    return sum(parts) / len(parts)
 
 
 # ----------------------------------------------------------------------------- safetensors
@@ -419,6 +523,36 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
+def route_by_token(c, named, dtype):
+    """Weights whose routers send each token of the lower half of the vocabulary to experts 0..k-1
+    of every MoE layer and each of the upper half to experts k..2k-1, by a wide margin: the
+    residual stream's feature 0 is +10 or -10 by the token's half (the embedding's column 0; no
+    attention output, expert or MLP writes it), the MoE layers' norm passes that feature only, and
+    the router scores it +10, +9, ... for the first k experts and -10, -9, ... for the next k."""
+    if not any(c.moe_layers) or c.num_experts < 2 * c.num_experts_per_tok:
+        raise RefError("--route-by-token needs experts, at least twice the top k")
+    P = dict(named)
+    emb = P["model.embed_tokens.weight"]
+    emb[:, 0] = 10.0
+    emb[c.vocab_size // 2:, 0] = -10.0
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        P[p + "self_attn.o_proj.weight"][0] = 0.0
+        for name in P:
+            if name.startswith(p) and (name.endswith("down_proj.weight") or name.endswith(".w2.weight")):
+                P[name][0] = 0.0
+        if c.moe_layers[i]:
+            norm = P[p + "post_attention_layernorm.weight"]
+            norm.zero_()
+            norm[0] = 1.0
+            gate = P[p + c.moe_prefix + "gate.weight"]
+            gate.zero_()
+            for e in range(c.num_experts_per_tok):
+                gate[e, 0] = 10.0 - e
+                gate[c.num_experts_per_tok + e, 0] = -(10.0 - e)
+    return [(name, P[name].to(dtype)) for name, _ in named]
+
+
 def cmd_make(a):
     c = load_config(a.config)
     dtype = DT_TORCH[a.dtype]
@@ -430,6 +564,8 @@ def cmd_make(a):
         r = torch.randn(shape, generator=g)
         t = {"norm": 1.0 + 0.1 * r, "bias": 0.02 * r, "w": r * shape[-1] ** -0.5}[kind]
         named.append((name, t.to(dtype)))
+    if a.route_by_token:
+        named = route_by_token(c, named, dtype)
     K = a.shards
     if not 1 <= K <= len(named):
         raise RefError(f"--shards must be in 1..{len(named)}")
@@ -495,16 +631,21 @@ def cmd_train(a):
         x, y = window(tokens, s % max(n_win, 1), a.rows, a.seq)
         opt.zero_grad(set_to_none=True)
         if a.precision == "fp32":
-            loss = forward_loss(c, P, x, y)
+            loss = forward_loss(c, P, x, y, a.chunks)
             loss.backward()
         else:
             # DeepSpeed bf16: forward/backward on bf16 copies of the fp32 master, bf16
             # grads upcast for the fp32 optimizer; the next step re-rounds the master.
             work = {n: P[n].detach().to(torch.bfloat16).requires_grad_() for n in names}
-            loss = forward_loss(c, work, x, y)
+            loss = forward_loss(c, work, x, y, a.chunks)
             loss.backward()
             for n, m in zip(names, master):
-                m.grad = work[n].grad.float()
+                m.grad = work[n].grad.float() if work[n].grad is not None else None
+        # An expert no token chose has no gradient here; DeepSpeed's flat buffers give it zeros,
+        # which AdamW still steps on (its decay, its moments): zeros here too.
+        for m in master:
+            if m.grad is None:
+                m.grad = torch.zeros_like(m)
         # Returns the pre-clip global L2 norm; with max_norm=inf it scales by exactly 1.
         norm = torch.nn.utils.clip_grad_norm_(master, a.clip if a.clip > 0 else float("inf"))
         opt.step()
@@ -612,7 +753,8 @@ def run(argv):
     req_int, req_float = dict(required=True, type=int), dict(required=True, type=float)
     data = dict(data=dict(required=True), rows=req_int, seq=req_int)
     add("make", cmd_make, ["out"], config=dict(required=True), seed=req_int,
-        dtype=dict(choices=["F32", "BF16", "F16"], default="F32"), shards=dict(type=int, default=1))
+        dtype=dict(choices=["F32", "BF16", "F16"], default="F32"), shards=dict(type=int, default=1),
+        route_by_token=dict(action="store_true"))
     add("sft", cmd_sft, ["model"], rows=dict(required=True), steps=dict(type=int, default=3),
         lr=dict(type=float, default=0.1))
     add("loss", cmd_loss, ["model"], **data, batch=dict(type=int, default=0),
@@ -621,7 +763,8 @@ def run(argv):
         optimizer=dict(required=True, choices=["sgd", "adamw"]), weight_decay=dict(type=float, default=0.0),
         beta1=dict(type=float, default=0.9), beta2=dict(type=float, default=0.999),
         eps=dict(type=float, default=1e-8), clip=dict(type=float, default=0.0),
-        precision=dict(choices=["fp32", "bf16"], default="fp32"), out=dict(default=None))
+        precision=dict(choices=["fp32", "bf16"], default="fp32"), out=dict(default=None),
+        chunks=dict(type=int, default=1))
     add("read", cmd_read, ["path"])
     add("compare", cmd_compare, ["a", "b"], tol=dict(type=float, default=0.0))
     add("batch", cmd_batch, ["jobs"])

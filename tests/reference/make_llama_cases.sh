@@ -32,9 +32,20 @@ def shard(path, tokens):
         f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 shard(f"{out}/tokens.bin", ids)
 shard(f"{out}/tail.bin", ids[3 * rows * seq:])
+# For moe_routed (whose routers send tokens below 48 to experts 0 and 1, the others to 2 and 3):
+# low.bin only tokens below 48 (experts 2 and 3 idle on every rank); halves.bin blocks of
+# rows // 4 rows alternately below and above 48, so each quarter of a step, a data-parallel rank's
+# share at 2 or 4 ranks, leaves two experts idle on half of the ranks.
+block = rows // 4 * seq
+shard(f"{out}/low.bin", [rng.randrange(48) for _ in range(30 * rows * seq + 1)])
+shard(f"{out}/halves.bin", [rng.randrange(48) + 48 * (i // block % 2) for i in range(30 * rows * seq + 1)])
 PY
 
-# name, dtype in the files, shards, config.json
+# name, dtype in the files, shards, config.json, make's and train's extra arguments. The MoE
+# cases train with the load-balancing loss, which is not a mean over rows: their trajectories are
+# of 4 equal parts a step (data-parallel ranks x micro-batches), each a forward of its own.
+# moe_routed's routers send the lower half of the vocabulary to experts 0 and 1, the upper half to
+# 2 and 3 (with low.bin and halves.bin below: experts idle on every rank, or on some).
 cases=(
   "llama_gqa|F32|3|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":112,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
   "llama3_tied|BF16|1|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":48,\"intermediate_size\":80,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":1,\"head_dim\":16,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0,\"rope_scaling\":{\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":16,\"rope_type\":\"llama3\"},\"attention_bias\":true,\"mlp_bias\":true,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\"}"
@@ -42,6 +53,10 @@ cases=(
   "llama_wide|F32|3|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":8192,\"hidden_size\":256,\"intermediate_size\":704,\"num_hidden_layers\":6,\"num_attention_heads\":8,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
   "llama_mha|F32|1|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":98,\"hidden_size\":64,\"intermediate_size\":110,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":4,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
   "llama_deep|F32|1|{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":64,\"num_hidden_layers\":5,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
+  "mixtral_moe|F32|3|{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":1000000.0,\"sliding_window\":null,\"num_local_experts\":4,\"num_experts_per_tok\":2,\"output_router_logits\":true,\"router_aux_loss_coef\":0.02,\"router_jitter_noise\":0.0,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}||--chunks 4"
+  "qwen2_moe_dense|F32|1|{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"model_type\":\"qwen2_moe\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":64,\"moe_intermediate_size\":24,\"shared_expert_intermediate_size\":40,\"num_experts\":4,\"num_experts_per_tok\":2,\"norm_topk_prob\":false,\"decoder_sparse_step\":2,\"mlp_only_layers\":[],\"num_hidden_layers\":3,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":3,\"output_router_logits\":true,\"router_aux_loss_coef\":0.02,\"qkv_bias\":true,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}||--chunks 4"
+  "qwen2_moe_norm|F32|1|{\"architectures\":[\"Qwen2MoeForCausalLM\"],\"model_type\":\"qwen2_moe\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":64,\"moe_intermediate_size\":24,\"shared_expert_intermediate_size\":40,\"num_experts\":4,\"num_experts_per_tok\":2,\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[0],\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":2,\"output_router_logits\":true,\"router_aux_loss_coef\":0.02,\"qkv_bias\":true,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}||--chunks 4"
+  "moe_routed|F32|1|{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":96,\"hidden_size\":32,\"intermediate_size\":48,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-5,\"rope_theta\":1000000.0,\"sliding_window\":null,\"num_local_experts\":4,\"num_experts_per_tok\":2,\"output_router_logits\":true,\"router_aux_loss_coef\":0.02,\"tie_word_embeddings\":false,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}|--route-by-token|--chunks 4"
   "qwen2_bias|F32|3|{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"vocab_size\":96,\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":64,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"use_sliding_window\":false,\"sliding_window\":4096,\"max_window_layers\":2,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"torch_dtype\":\"float32\"}"
 )
 # Every case's commands in one Python process (hf_llama.py batch: importing torch costs 1.4 s a
@@ -49,17 +64,17 @@ cases=(
 jobs=$out/jobs.txt
 : >"$jobs"
 for c in "${cases[@]}"; do
-  IFS='|' read -r name dtype shards config <<<"$c"
+  IFS='|' read -r name dtype shards config make_extra train_extra <<<"$c"
   dir=$out/$name
   mkdir -p "$dir"
   echo "$config" >"$dir/config.in.json"
   common="--data $out/tokens.bin --rows $rows --seq $seq"
   cat >>"$jobs" <<JOBS
-$dir/make.json make $dir/model --config $dir/config.in.json --seed 11 --dtype $dtype --shards $shards
+$dir/make.json make $dir/model --config $dir/config.in.json --seed 11 --dtype $dtype --shards $shards $make_extra
 $dir/loss.json loss $dir/model $common
-$dir/sgd.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5
-$dir/adamw.json train $dir/model $common --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8
-$dir/bf16.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5 --precision bf16
+$dir/sgd.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5 $train_extra
+$dir/adamw.json train $dir/model $common --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 $train_extra
+$dir/bf16.json train $dir/model $common --steps 10 --optimizer sgd --lr 0.5 --precision bf16 $train_extra
 JOBS
 done
 # llama_deep again at 16 rows a step, which 8 micro-batches divide over 1 or 2 data-parallel
@@ -69,7 +84,12 @@ cat >>"$jobs" <<JOBS
 $deep/sgd16.json train $deep/model --data $out/tokens.bin --rows 16 --seq $seq --steps 10 --optimizer sgd --lr 0.5
 $deep/adamw16.json train $deep/model --data $out/tokens.bin --rows 16 --seq $seq --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8
 JOBS
+routed=$out/moe_routed
+for data in low halves; do
+  echo "$routed/sgd_$data.json train $routed/model --data $out/$data.bin --rows $rows --seq $seq --steps 10 --optimizer sgd --lr 0.5 --chunks 4" >>"$jobs"
+done
 $ref batch "$jobs"
+printf '{"low": %s, "halves": %s}\n' "$(cat "$routed/sgd_low.json")" "$(cat "$routed/sgd_halves.json")" >"$routed/expected_routed.json"
 printf '{"sgd": %s, "adamw": %s}\n' "$(cat "$deep/sgd16.json")" "$(cat "$deep/adamw16.json")" >"$deep/expected16.json"
 for c in "${cases[@]}"; do
   dir=$out/${c%%|*}

@@ -3,6 +3,7 @@
 // what zerocpp does not compute refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -56,6 +57,13 @@ TEST(LlamaConfig, EveryRealConfigReads) {
     }
     if (c.family == Family::kQwen2) EXPECT_TRUE(c.qkv_bias && !c.o_bias);
     if (name.find("Mistral-7B-v0.1") != std::string::npos) EXPECT_EQ(c.sliding_window, 4096);
+    if (name.find("Mixtral-8x7B") != std::string::npos) {
+      EXPECT_EQ(c.moe.num_experts, 8);
+      EXPECT_EQ(c.moe.experts_per_token, 2);
+      EXPECT_EQ(c.sliding_window, 0);
+      EXPECT_EQ(llama_parameter_count(c), 46702792704);  // Mixtral 8x7B: 46.7 B
+    }
+    if (name.find("Mixtral-8x22B") != std::string::npos) EXPECT_EQ(c.moe.expert_intermediate_size, 16384);
   }
   EXPECT_GE(read, 10) << "the corpus of real configs is missing";
 }
@@ -105,4 +113,63 @@ TEST(LlamaConfig, TensorNamesAreTransformers) {
   EXPECT_EQ(t[3].name, "model.layers.0.self_attn.q_proj.bias");
   EXPECT_EQ(hf_name("model.layers.12.block.mlp.up_proj.weight"), "model.layers.12.mlp.up_proj.weight");
   EXPECT_EQ(hf_name("model.embed_tokens.weight"), "model.embed_tokens.weight");
+}
+
+// Mixtral and Qwen2-MoE: transformers' defaults, which layers have experts, and the hub's names.
+TEST(LlamaConfig, MixturesOfExpertsReadAsTransformersDoes) {
+  const LlamaConfig mixtral = parse(R"({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]})");
+  EXPECT_EQ(mixtral.family, Family::kMixtral);
+  EXPECT_EQ(mixtral.moe.num_experts, 8);
+  EXPECT_EQ(mixtral.moe.experts_per_token, 2);
+  EXPECT_EQ(mixtral.moe.expert_intermediate_size, 14336);
+  EXPECT_TRUE(mixtral.moe.normalize_top_k) << "Mixtral always renormalises the top k";
+  EXPECT_EQ(mixtral.rope_theta, 1e6);
+  EXPECT_EQ(mixtral.rms_norm_eps, 1e-5);
+  EXPECT_EQ(mixtral.sliding_window, 0) << "MixtralConfig's default is None";
+  EXPECT_FALSE(mixtral.moe.output_router_logits);
+  EXPECT_EQ(mixtral.moe.router_aux_loss_coef, 0.001);
+  EXPECT_TRUE(mixtral.is_moe_layer(0) && mixtral.is_moe_layer(31));
+  EXPECT_EQ(llama_parameter_count(mixtral), 46702792704) << "Mixtral-8x7B: 46.7 B";
+
+  const LlamaConfig qwen = parse(R"({"model_type": "qwen2_moe", "num_hidden_layers": 6, "decoder_sparse_step": 2,
+                                     "mlp_only_layers": [3]})");
+  EXPECT_EQ(qwen.moe.num_experts, 60);
+  EXPECT_EQ(qwen.moe.experts_per_token, 4);
+  EXPECT_EQ(qwen.moe.expert_intermediate_size, 1408);
+  EXPECT_EQ(qwen.moe.shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(qwen.moe.normalize_top_k) << "Qwen2MoeConfig's norm_topk_prob default";
+  EXPECT_TRUE(qwen.qkv_bias);
+  // (layer + 1) % decoder_sparse_step == 0 and not in mlp_only_layers.
+  const std::vector<bool> moe_layers = {false, true, false, false, false, true};
+  for (int l = 0; l < 6; ++l) EXPECT_EQ(qwen.is_moe_layer(l), moe_layers[static_cast<size_t>(l)]) << "layer " << l;
+
+  const auto names = [](const LlamaConfig& c) {
+    std::vector<std::string> out;
+    for (const auto& t : llama_tensors(c)) out.push_back(t.name);
+    return out;
+  };
+  const auto m = names(parse(R"({"model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 2})"));
+  for (const char* expected : {"model.layers.0.block_sparse_moe.gate.weight", "model.layers.0.block_sparse_moe.experts.1.w1.weight",
+                               "model.layers.0.block_sparse_moe.experts.1.w2.weight"})
+    EXPECT_NE(std::find(m.begin(), m.end(), expected), m.end()) << expected;
+  const auto q = names(qwen);
+  for (const char* expected : {"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.gate.weight",
+                               "model.layers.1.mlp.experts.59.down_proj.weight", "model.layers.1.mlp.shared_expert.up_proj.weight",
+                               "model.layers.1.mlp.shared_expert_gate.weight", "model.layers.3.mlp.up_proj.weight"})
+    EXPECT_NE(std::find(q.begin(), q.end(), expected), q.end()) << expected;
+  EXPECT_EQ(hf_name("model.layers.1.block.block_sparse_moe.experts.3.w3.weight"),
+            "model.layers.1.block_sparse_moe.experts.3.w3.weight");
+}
+
+TEST(LlamaConfig, MixturesOfExpertsRefuseWhatIsNotComputed) {
+  EXPECT_NE(llama_config_error(R"({"model_type": "mixtral", "router_jitter_noise": 0.1})").find("router_jitter_noise"),
+            std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "mixtral", "num_experts_per_tok": 9})").find("num_experts_per_tok: 9"),
+            std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 0})").find("decoder_sparse_step"),
+            std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "qwen2_moe", "num_hidden_layers": 2, "mlp_only_layers": [5]})")
+                .find("mlp_only_layers: 5 is not a layer"),
+            std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "qwen2_moe", "num_experts": 0})").find("num_experts"), std::string::npos);
 }
