@@ -252,6 +252,15 @@ struct PipelineConfig {
   std::string key = "pipeline_parallel.pp_size";  // the key the file gave the size under, for errors
 };
 
+// DeepSpeed's "expert_parallel" block (AutoEP): the experts of each MoE layer split over groups
+// of `size` ranks (docs/moe.md). Read and checked; training with size > 1 is not built yet.
+struct ExpertParallelConfig {
+  bool enabled = false;
+  int size = 1;                 // autoep_size
+  std::string preset_model;     // "mixtral", "qwen2_moe" (or DeepSpeed's "qwen3_moe", which covers it); "": the model's
+  std::string key = "expert_parallel.autoep_size";
+};
+
 // What "auto" resolves from: the world, the model and the trainer's flags (HuggingFace's names).
 // A flag left empty leaves its "auto" keys unresolved, which resolve() reports as an error.
 struct AutoContext {
@@ -330,6 +339,7 @@ class Config {
   ZeroConfig zero;
   TensorParallelConfig tensor_parallel;
   PipelineConfig pipeline;
+  ExpertParallelConfig expert_parallel;
   AioConfig aio;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

@@ -58,6 +58,9 @@ class TrainableModel {
   virtual at::ScalarType stage_activation_dtype() const { return at::kFloat; }
   virtual at::Tensor tied_weight() { return {}; }
   virtual std::string describe_stages() const { return ""; }
+  // Mixtures of experts: per MoE layer (in order), the tokens each expert got in this rank's
+  // training forwards so far. Empty without experts.
+  virtual std::vector<std::vector<int64_t>> tokens_per_expert() const { return {}; }
   // Model FLOPs per token (forward + backward) at rows of `seq` tokens.
   virtual double flops_per_token(int64_t seq) const = 0;
   // The activations of one micro-step, without and with checkpointing, when the model knows them.

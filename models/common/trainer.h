@@ -93,6 +93,9 @@ struct TrainerResult {
   OpStats tensor_parallel_all_reduce, tensor_parallel_all_gather, tensor_parallel_reduce_scatter;
   // Pipeline parallelism: the bytes this rank sent to and received from its neighbouring stages.
   int64_t pipeline_sent = 0, pipeline_received = 0;
+  // Mixtures of experts: per MoE layer, the tokens each expert got over the run, all
+  // data-parallel ranks together.
+  std::vector<std::vector<int64_t>> tokens_per_expert;
   MemoryReport memory;  // this rank's engine at the end (model states by category)
 };
 

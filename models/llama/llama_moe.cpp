@@ -21,6 +21,7 @@ SparseMoeBlock::SparseMoeBlock(const LlamaConfig& c, WeightSource& source, const
         name, std::make_shared<LlamaMlp>(source, tensors, p + "experts." + name + ".", dtype, TensorParallelPlace{},
                                          c.expert_projections())));
   }
+  tokens_per_expert = torch::zeros({moe.num_experts}, torch::kLong);
   if (moe.shared_expert_intermediate_size > 0) {
     shared_expert = register_module("shared_expert", std::make_shared<LlamaMlp>(source, tensors, p + "shared_expert.", dtype));
     shared_expert_gate =
@@ -39,6 +40,8 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
   weights = weights.to(x.scalar_type());
   // [experts, k, tokens]: which tokens chose each expert, and in which of their k places.
   const at::Tensor hits = torch::one_hot(chosen, moe.num_experts).permute({2, 1, 0});
+  if (at::GradMode::is_enabled() && !checkpointing::detail::recomputing())
+    tokens_per_expert += hits.sum({1, 2}).to(at::kCPU);
   at::Tensor out = torch::zeros_like(x);
   for (int64_t e = 0; e < moe.num_experts; ++e) {
     const at::Tensor where = hits[e].nonzero();  // (place, token) pairs, place-major as torch.where gives them

@@ -36,6 +36,9 @@ struct SparseMoeBlock : torch::nn::Module {
   std::vector<std::shared_ptr<LlamaMlp>> experts;
   std::shared_ptr<LlamaMlp> shared_expert;         // Qwen2-MoE's (null for Mixtral)
   std::shared_ptr<Weights> shared_expert_gate;
+  // The load: per expert, the tokens that chose it in the training forwards so far (not in
+  // evaluation, nor in a checkpointed layer's recomputation). int64, on the CPU.
+  at::Tensor tokens_per_expert;
 };
 
 // transformers' load_balancing_loss_func without an attention mask: the layers' router logits

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "models/llama/llama_moe.h"
 #include "models/llama/llama_tensor_parallel.h"
 #include "zero/tensor_parallel.h"
 #include "zero/zero.h"
@@ -58,6 +59,16 @@ class LlamaTrainable : public models::TrainableModel {
     return model_.tied_copy ? model_.tied_copy->weight : at::Tensor();
   }
   std::string describe_stages() const override { return describe_pipeline_stages(model_.config, stage_bounds_); }
+  std::vector<std::vector<int64_t>> tokens_per_expert() const override {
+    std::vector<std::vector<int64_t>> out;
+    for (const auto& layer : model_.model->layers) {
+      const auto& moe = layer->block->moe;
+      if (!moe) continue;
+      const at::Tensor counts = moe->tokens_per_expert.contiguous();
+      out.emplace_back(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+    }
+    return out;
+  }
   double flops_per_token(int64_t seq) const override { return llama_flops_per_token(model_.config, seq); }
   std::optional<std::pair<int64_t, int64_t>> activation_bytes(int64_t, int64_t, int64_t) const override {
     return std::nullopt;
@@ -169,12 +180,35 @@ double llama_flops_per_token(const LlamaConfig& c, int64_t seq) {
   return 3 * forward;
 }
 
+void check_expert_parallel_config(const ExpertParallelConfig& ep, const LlamaConfig& model) {
+  if (!ep.enabled) return;
+  const MoeConfig& moe = model.moe;
+  if (moe.num_experts == 0)
+    throw Error(fmt::format("expert_parallel.enabled: {} has no experts", model.architecture), "expert_parallel.enabled");
+  const bool qwen = model.family == Family::kQwen2Moe;
+  if (!ep.preset_model.empty() && ep.preset_model != (qwen ? "qwen2_moe" : "mixtral") &&
+      !(qwen && ep.preset_model == "qwen3_moe")) {
+    throw Error(fmt::format("expert_parallel.preset_model is \"{}\" but the model's config.json says model_type \"{}\"",
+                            ep.preset_model, model.model_type),
+                "expert_parallel.preset_model");
+  }
+  if (ep.size <= 1) return;  // every expert on every rank: nothing to split (as DeepSpeed, which warns)
+  if (moe.num_experts % ep.size != 0) {
+    throw Error(fmt::format("{}: {} experts do not split evenly over {} ranks", ep.key, moe.num_experts, ep.size), ep.key);
+  }
+  throw Error(fmt::format("{}: expert parallelism ({} experts over {} ranks) is not built yet: train with autoep_size 1 "
+                          "(every rank holds every expert; ZeRO partitions them like any weight)",
+                          ep.key, moe.num_experts, ep.size),
+              ep.key);
+}
+
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
                                                    const LlamaExportOptions& export_options, bool partitioned,
                                                    ParallelGrid* grid) {
   // Stage 3: every rank reads every layer from the mapped files and keeps its shard (zero::Init),
   // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
   // holds the weights, as DeepSpeed does.
+  check_expert_parallel_config(config.expert_parallel, hf.config);
   const auto weights = file_weights(hf);
   if (grid) check_tensor_parallel_config(config.tensor_parallel, hf.config);
   std::vector<int> bounds;

@@ -48,4 +48,8 @@ at::ScalarType llama_training_dtype(const Config& config);
 // then masked); backward twice the forward.
 double llama_flops_per_token(const LlamaConfig& config, int64_t seq);
 
+// The config's expert_parallel block against the model: it has experts, the preset names its
+// type, and autoep_size divides them (then refused: expert parallelism is not built yet).
+void check_expert_parallel_config(const ExpertParallelConfig& expert_parallel, const LlamaConfig& model);
+
 }  // namespace zero::llama

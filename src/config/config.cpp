@@ -127,6 +127,7 @@ Config Config::parse(const std::string& json_text, const std::string& origin, bo
   config_detail::read_unsupported_features(root, diag);
   config_detail::read_tensor_parallel(root, c.tensor_parallel, diag);
   config_detail::read_pipeline(root, c.pipeline, diag);
+  config_detail::read_expert_parallel(root, c.expert_parallel, diag);
   root.finish();
   config_detail::check_cross_key_rules(c, diag);
 

@@ -127,4 +127,51 @@ void read_pipeline(ObjectReader& root, PipelineConfig& out, Diagnostics& diag) {
   }
 }
 
+void read_expert_parallel(ObjectReader& root, ExpertParallelConfig& out, Diagnostics& diag) {
+  // DeepSpeed's AutoEP block (deepspeed/module_inject/auto_ep_config.py), for the Hugging Face MoE
+  // models zerocpp builds: their routers are softmax over the experts, named "gate", and their
+  // experts "experts".
+  ObjectReader ep = root.child("expert_parallel", UnknownKeys::kIgnore);
+  out.enabled = ep.get_bool("enabled", false);
+  out.size = static_cast<int>(ep.get_int("autoep_size", 1, 1, 1 << 20));
+  if (ep.get_int("expert_tensor_parallel_size", 1, 1, 1 << 20) != 1)
+    diag.problem(ep.path_of("expert_tensor_parallel_size"), "must be 1 (DeepSpeed's AutoEP refuses any other)");
+  if (const nlohmann::json* preset = ep.raw("preset_model"); preset && !preset->is_null()) {
+    out.preset_model = ep.get_string("preset_model", "");
+    if (out.preset_model != "mixtral" && out.preset_model != "qwen2_moe" && out.preset_model != "qwen3_moe") {
+      diag.problem(ep.path_of("preset_model"),
+                   "\"" + out.preset_model + "\": zerocpp's mixtures of experts are mixtral and qwen2_moe (DeepSpeed's "
+                                              "qwen3_moe preset covers qwen2_moe)");
+    }
+  }
+  const std::string score = ep.get_string("score_func", "auto");
+  if (score != "auto" && score != "softmax")
+    diag.problem(ep.path_of("score_func"), "\"" + score + "\": Mixtral's and Qwen2-MoE's routers are softmax");
+  for (const auto& [key, name] : {std::pair<const char*, const char*>{"router_pattern", "gate"}, {"expert_pattern", "experts"}}) {
+    const nlohmann::json* given = ep.raw(key);
+    if (!given || given->is_null()) continue;
+    const std::string value = ep.get_string(key, name);
+    if (value != name) diag.problem(ep.path_of(key), "\"" + value + "\": the MoE layers' " + key + " is \"" + name + "\"");
+  }
+  if (const nlohmann::json* pattern = ep.raw("moe_layer_pattern"); pattern && !pattern->is_null()) {
+    ep.get_string("moe_layer_pattern", "");  // the layers with experts are the model's (config.json's), whatever it says
+  }
+  if (const nlohmann::json* coeff = ep.raw("load_balance_coeff"); coeff && !coeff->is_null())
+    diag.problem(ep.path_of("load_balance_coeff"), "must be null (DeepSpeed's AutoEP refuses it too)");
+  // Routing that would change the numbers from the model's own: only DeepSpeed's defaults (the
+  // model's config.json decides top-k, renormalisation and scale).
+  ep.require_default("route_norm", nullptr);
+  ep.require_default("route_scale", 1.0);
+  ep.require_default("top_k", "auto");
+  ep.require_default("routed_scaling_factor", "auto");
+  ep.require_default("num_expert_groups", nullptr);
+  ep.require_default("num_limited_groups", nullptr);
+  // How DeepSpeed's kernels compute the same sums, and the preset's names for what zerocpp knows
+  // from the model.
+  ep.accept({"validate_folding_routing", "use_grouped_mm", "disable_triton_grouped_mm", "combine_impl", "score_apply",
+             "expert_w1", "expert_w2", "expert_w3", "num_experts_attr", "top_k_attr", "has_shared_experts",
+             "shared_experts_pattern", "shared_experts_gate_pattern"});
+  ep.finish();
+}
+
 }  // namespace zero::config_detail

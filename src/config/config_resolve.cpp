@@ -185,6 +185,11 @@ void Config::resolve(const AutoContext& ctx) {
                                                   "): the pipeline trains with ZeRO stage 0 or 1, as DeepSpeed's does");
     }
   }
+  // Expert parallelism splits each MoE layer's experts over groups of data-parallel ranks.
+  if (expert_parallel.enabled && expert_parallel.size > 1 && data_parallel % expert_parallel.size != 0) {
+    diag.problem(expert_parallel.key, std::to_string(expert_parallel.size) + " does not divide the " +
+                                          std::to_string(data_parallel) + " data-parallel ranks");
+  }
   resolve_triad(*this, tbs, micro, gas, data_parallel, micro_auto, diag);
   world_size = data_parallel;
   // DeepSpeed asserts the same when it builds hpZ's groups.

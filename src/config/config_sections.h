@@ -16,6 +16,7 @@ void read_monitoring(ObjectReader& root, Config& config, Diagnostics& diag);  //
 void read_unsupported_features(ObjectReader& root, Diagnostics& diag);
 void read_tensor_parallel(ObjectReader& root, TensorParallelConfig& tensor_parallel, Diagnostics& diag);
 void read_pipeline(ObjectReader& root, PipelineConfig& pipeline, Diagnostics& diag);
+void read_expert_parallel(ObjectReader& root, ExpertParallelConfig& expert_parallel, Diagnostics& diag);
 // data_types.grad_accum_dtype, with DeepSpeed's spellings (fp16, float16, half, torch.float16, ...).
 CommDType read_grad_accum_dtype(ObjectReader& data_types, Diagnostics& diag);
 // Rules that involve more than one block (fp16 with bf16, offload with stage, ...). Switches off

@@ -74,6 +74,12 @@ TEST_F(LlamaCases, MoeIdleExpertsNeverHangAndGetZeroGradients) {
     o.export_path = (scratch.root / "exported").string();
     const TrainerResult r = train_model(o, test_world(), nullptr);
     expect_reference(losses(r), want[data]["losses"].get<std::vector<double>>(), "moe_routed on " + data + ".bin");
+    // The load, exactly: 10 steps of 12 rows of 16 tokens, each token to two experts of each
+    // layer — the lower half's to 0 and 1 (all of low.bin; half of halves.bin's), the rest to 2 and 3.
+    const int64_t tokens = 10 * kRows * kSeq;
+    const std::vector<int64_t> load =
+        data == "low" ? std::vector<int64_t>{tokens, tokens, 0, 0} : std::vector<int64_t>(4, tokens / 2);
+    EXPECT_EQ(r.tokens_per_expert, (std::vector<std::vector<int64_t>>{load, load})) << data;
     test_world().communicator().barrier({.async = false});
     if (data != "low") continue;
     const zero::checkpoint::SafetensorsModel before((cases_dir() / "moe_routed" / "model").string()),
@@ -127,4 +133,20 @@ TEST_F(LlamaCases, MoeRefusalsNameTheKey) {
   TrainerOptions sliced = options("mixtral_moe", 1, "sgd", 10);
   sliced.config_text = config(1, "sgd", R"("tensor_parallel": {"autotp_size": 2})");
   EXPECT_NE(refusal(sliced).find("tensor parallelism with Mixtral's experts is not built yet"), std::string::npos);
+  // DeepSpeed's expert_parallel block, checked against the model.
+  const auto expert_parallel = [](const std::string& name, const std::string& block) {
+    return refusal(moe_options(name, 2, "sgd", R"("expert_parallel": )" + block));
+  };
+  EXPECT_NE(expert_parallel("mixtral_moe", R"({"enabled": true, "autoep_size": 2})")
+                .find("expert_parallel.autoep_size: expert parallelism (4 experts over 2 ranks) is not built yet"),
+            std::string::npos);
+  EXPECT_NE(expert_parallel("mixtral_moe", R"({"enabled": true, "autoep_size": 3})")
+                .find("expert_parallel.autoep_size: 3 does not divide the 2 data-parallel ranks"),
+            std::string::npos);
+  EXPECT_NE(expert_parallel("mixtral_moe", R"({"enabled": true, "preset_model": "qwen2_moe"})")
+                .find("preset_model is \"qwen2_moe\" but the model's config.json says model_type \"mixtral\""),
+            std::string::npos);
+  EXPECT_NE(expert_parallel("llama_gqa", R"({"enabled": true})").find("LlamaForCausalLM has no experts"), std::string::npos);
+  EXPECT_EQ(expert_parallel("qwen2_moe_norm", R"({"enabled": true, "autoep_size": 1, "preset_model": "qwen3_moe"})"), "")
+      << "EP 1: every expert on every rank, as DeepSpeed";
 }
