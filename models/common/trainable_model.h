@@ -60,7 +60,11 @@ class TrainableModel {
   virtual std::string describe_stages() const { return ""; }
   // Mixtures of experts: per MoE layer (in order), the tokens each expert got in this rank's
   // training forwards so far. Empty without experts.
-  virtual std::vector<std::vector<int64_t>> tokens_per_expert() const { return {}; }
+  struct ExpertLoad {
+    int64_t layer = 0;                // the decoder layer
+    std::vector<int64_t> tokens;      // per expert
+  };
+  virtual std::vector<ExpertLoad> tokens_per_expert() const { return {}; }
   // Model FLOPs per token (forward + backward) at rows of `seq` tokens.
   virtual double flops_per_token(int64_t seq) const = 0;
   // The activations of one micro-step, without and with checkpointing, when the model knows them.

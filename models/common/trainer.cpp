@@ -478,19 +478,20 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
                               bytes.sent / steps, bytes.received / steps));
     }
   }
-  if (std::vector<std::vector<int64_t>> load = model.tokens_per_expert(); !load.empty()) {
+  if (std::vector<models::TrainableModel::ExpertLoad> load = model.tokens_per_expert(); !load.empty()) {
     // The load balance: every data-parallel rank's counts summed.
     std::vector<int64_t> flat;
-    for (const auto& layer : load) flat.insert(flat.end(), layer.begin(), layer.end());
+    for (const auto& layer : load) flat.insert(flat.end(), layer.tokens.begin(), layer.tokens.end());
     at::Tensor summed = torch::tensor(flat, torch::kLong);
     data_parallel.communicator().all_reduce(summed, ReduceOp::kSum, {.async = false});
     std::vector<std::string> lines;
-    for (size_t l = 0, at = 0; l < load.size(); at += load[l].size(), ++l) {
-      for (size_t e = 0; e < load[l].size(); ++e) load[l][e] = summed[static_cast<int64_t>(at + e)].item<int64_t>();
-      lines.push_back(fmt::format("MoE layer {}: {}", l, fmt::join(load[l], " ")));
+    int64_t at = 0;
+    for (auto& layer : load) {
+      for (int64_t& tokens : layer.tokens) tokens = summed[at++].item<int64_t>();
+      lines.push_back(fmt::format("layer {}: {}", layer.layer, fmt::join(layer.tokens, " ")));
+      result.tokens_per_expert.push_back(layer.tokens);
     }
     report.line("zero-train: tokens per expert over the run, all ranks: " + fmt::format("{}", fmt::join(lines, "; ")));
-    result.tokens_per_expert = std::move(load);
   }
   if (grid) {
     result.tensor_parallel_all_reduce = grid->layer_stats().total(CollectiveOp::kAllReduce);

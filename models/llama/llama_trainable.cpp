@@ -37,10 +37,22 @@ class LlamaTrainable : public models::TrainableModel {
   int64_t parameters() const override { return llama_parameter_count(model_.config); }
   std::string describe() const override {
     const LlamaConfig& c = model_.config;
-    return fmt::format("{} ({}) layers={} hidden={} heads={} kv_heads={} head_dim={} intermediate={} vocab={}{}",
+    const MoeConfig& m = c.moe;
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
+    const std::string experts =
+        m.num_experts == 0
+            ? ""
+            : fmt::format(" experts={} top-{}{} expert_intermediate={}{} (in {} of the layers){}", m.num_experts,
+                          m.experts_per_token, m.normalize_top_k ? " renormalised" : "", m.expert_intermediate_size,
+                          m.shared_expert_intermediate_size > 0
+                              ? fmt::format(" shared_expert={}", m.shared_expert_intermediate_size)
+                              : "",
+                          moe_layers, m.output_router_logits ? fmt::format(" aux_loss={}", m.router_aux_loss_coef) : "");
+    return fmt::format("{} ({}) layers={} hidden={} heads={} kv_heads={} head_dim={} intermediate={} vocab={}{}{}",
                        c.architecture, source_dir_, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
                        c.num_key_value_heads, c.head_dim, c.intermediate_size, c.vocab_size,
-                       c.tie_word_embeddings ? " tied" : "");
+                       c.tie_word_embeddings ? " tied" : "", experts);
   }
   void set_checkpoint_every(int64_t every) override { model_.checkpoint_every = every; }
   void set_partition_activations(bool partition) override { model_.partition_activations = partition; }
@@ -59,13 +71,16 @@ class LlamaTrainable : public models::TrainableModel {
     return model_.tied_copy ? model_.tied_copy->weight : at::Tensor();
   }
   std::string describe_stages() const override { return describe_pipeline_stages(model_.config, stage_bounds_); }
-  std::vector<std::vector<int64_t>> tokens_per_expert() const override {
-    std::vector<std::vector<int64_t>> out;
-    for (const auto& layer : model_.model->layers) {
-      const auto& moe = layer->block->moe;
-      if (!moe) continue;
-      const at::Tensor counts = moe->tokens_per_expert.contiguous();
-      out.emplace_back(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  std::vector<ExpertLoad> tokens_per_expert() const override {
+    std::vector<ExpertLoad> out;
+    int64_t layer = model_.stage.first_layer;
+    for (const auto& unit : model_.model->layers) {
+      const auto& moe = unit->block->moe;
+      if (moe) {
+        const at::Tensor counts = moe->tokens_per_expert.contiguous();
+        out.push_back({layer, std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel())});
+      }
+      ++layer;
     }
     return out;
   }
