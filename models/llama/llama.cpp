@@ -149,7 +149,8 @@ at::Tensor LlamaMlp::forward(const at::Tensor& x) {
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
                                      const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                                     const TensorParallelPlace& tp, std::shared_ptr<RouterLogits> router_logits)
+                                     const TensorParallelPlace& tp, std::shared_ptr<RouterLogits> router_logits,
+                                     const ExpertPlace& experts)
     : config(c),
       rope(std::move(r)),
       place(tp),
@@ -161,7 +162,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<Rotar
   if (c.is_moe_layer(layer)) {
     const std::string name = c.moe_prefix();
     moe = register_module(name.substr(0, name.size() - 1),
-                          std::make_shared<SparseMoeBlock>(c, source, tensors, layer, dtype, std::move(router_logits)));
+                          std::make_shared<SparseMoeBlock>(c, source, tensors, layer, dtype, std::move(router_logits), experts));
   } else {
     mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, p + "mlp.", dtype, tp));
   }
@@ -234,7 +235,7 @@ at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp,
-                       const PipelinePlace& stage, std::shared_ptr<RouterLogits> router_logits) {
+                       const PipelinePlace& stage, std::shared_ptr<RouterLogits> router_logits, const ExpertPlace& experts) {
   const std::vector<HfTensor> tensors = llama_tensors(c);
   if (stage.first()) {
     embed_tokens = register_module(
@@ -246,7 +247,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarTyp
   for (int l = stage.first_layer; l < end; ++l) {  // named by their place in the whole model
     layers.push_back(layer_list->register_module(
         std::to_string(l),
-        std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp, router_logits)));
+        std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp, router_logits, experts)));
   }
   if (stage.last()) norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
 }
@@ -268,7 +269,7 @@ void check_heads_split(const LlamaConfig& c, int size) {
 }  // namespace
 
 LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::ScalarType dtype,
-                                   const TensorParallelPlace& tp, const PipelinePlace& pipeline)
+                                   const TensorParallelPlace& tp, const PipelinePlace& pipeline, const ExpertPlace& experts)
     : config(std::move(c)), place(tp), stage(pipeline) {
   if (place.size > 1) check_heads_split(config, place.size);
   if (place.size == 1) place.group = nullptr;
@@ -289,7 +290,13 @@ LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::Scal
   }
   if (stage.end_layer < 0) stage.end_layer = static_cast<int>(config.num_hidden_layers);
   vocab_start = slice_range(config.vocab_size, place.rank, place.size).start;
-  model = register_module("model", std::make_shared<LlamaModel>(config, source, dtype, place, stage, router_logits));
+  if (experts.size > 1 && config.moe.num_experts % experts.size != 0) {
+    throw Error(fmt::format("expert parallelism over {} ranks: {} experts do not split evenly", experts.size,
+                            config.moe.num_experts),
+                "expert_parallel.autoep_size");
+  }
+  model = register_module("model",
+                          std::make_shared<LlamaModel>(config, source, dtype, place, stage, router_logits, experts));
   if (stage.last() && !config.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place));

@@ -68,6 +68,15 @@ struct PipelinePlace {
   bool last() const { return stage == stages - 1; }
 };
 
+// Expert parallelism (zero/expert_parallel.h, docs/moe.md): this rank's place in its
+// expert-parallel group, over which each MoE layer's experts are split evenly — rank r holds
+// experts [r·E/n, (r+1)·E/n), named by their number in the whole layer. The router, the shared
+// expert and every other weight are whole on every member.
+struct ExpertPlace {
+  Communicator* group = nullptr;  // null: every expert here
+  int rank = 0, size = 1;
+};
+
 // Which way a weight is split over the tensor-parallel group (llama_tensor_parallel.h: split_of).
 enum class Split { kWhole, kColumn, kRow, kVocabulary };
 
@@ -120,7 +129,8 @@ struct LlamaDecoderLayer : torch::nn::Module {
   // `router_logits`: where a MoE layer's router logits go when the loss needs them (else null).
   LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, WeightSource& source,
                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                    const TensorParallelPlace& place = {}, std::shared_ptr<RouterLogits> router_logits = nullptr);
+                    const TensorParallelPlace& place = {}, std::shared_ptr<RouterLogits> router_logits = nullptr,
+                    const ExpertPlace& experts = {});
   at::Tensor forward(const at::Tensor& x);
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T, int64_t G,
                        at::Device device) const;
@@ -137,7 +147,8 @@ struct LlamaDecoderLayer : torch::nn::Module {
 
 struct LlamaModel : torch::nn::Module {
   LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& place,
-             const PipelinePlace& stage = {}, std::shared_ptr<RouterLogits> router_logits = nullptr);
+             const PipelinePlace& stage = {}, std::shared_ptr<RouterLogits> router_logits = nullptr,
+             const ExpertPlace& experts = {});
   std::shared_ptr<Weights> embed_tokens, norm;  // null on the stages that do not hold them
   std::shared_ptr<torch::nn::Module> layer_list;  // registered as "layers": "0", "1", ...
   std::vector<std::shared_ptr<zero::Unit<LlamaDecoderLayer>>> layers;
@@ -149,7 +160,8 @@ struct LlamaForCausalLM : torch::nn::Module {
   // With tensor parallelism (`place.group`), each rank builds its slices only; throws naming the
   // numbers when the heads do not split evenly.
   LlamaForCausalLM(LlamaConfig config, WeightSource& source, at::ScalarType dtype = at::kFloat,
-                   const TensorParallelPlace& place = {}, const PipelinePlace& stage = {});
+                   const TensorParallelPlace& place = {}, const PipelinePlace& stage = {},
+                   const ExpertPlace& experts = {});
   // tokens [B, T] (int64, T <= max_position_embeddings) → logits [B, T, V] (fp32 under fp16).
   // Not under tensor parallelism (the loss never gathers the whole vocabulary's logits).
   at::Tensor forward(const at::Tensor& tokens);

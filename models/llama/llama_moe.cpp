@@ -5,17 +5,22 @@
 
 #include "zero/activation_checkpoint.h"
 #include "zero/compute.h"
+#include "zero/expert_parallel.h"
 
 namespace zero::llama {
 
 SparseMoeBlock::SparseMoeBlock(const LlamaConfig& c, WeightSource& source, const std::vector<HfTensor>& tensors,
-                               int layer, at::ScalarType dtype, std::shared_ptr<RouterLogits> logits)
-    : moe(c.moe), router_logits(std::move(logits)) {
+                               int layer, at::ScalarType dtype, std::shared_ptr<RouterLogits> logits,
+                               const ExpertPlace& experts_place)
+    : moe(c.moe), router_logits(std::move(logits)), place(experts_place) {
+  if (place.size <= 1) place = {};
+  const int64_t here = moe.num_experts / place.size;
+  first_expert = place.rank * here;
   const std::string p = "model.layers." + std::to_string(layer) + "." + c.moe_prefix();
   // Registration order is transformers' (the engine lays buckets out from it).
   gate = register_module("gate", std::make_shared<Weights>(source, p + "gate.", tensors, dtype));
   expert_list = register_module("experts", std::make_shared<torch::nn::Module>());
-  for (int64_t e = 0; e < moe.num_experts; ++e) {
+  for (int64_t e = first_expert; e < first_expert + here; ++e) {
     const std::string name = std::to_string(e);
     experts.push_back(expert_list->register_module(
         name, std::make_shared<LlamaMlp>(source, tensors, p + "experts." + name + ".", dtype, TensorParallelPlace{},
@@ -42,8 +47,8 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
   const at::Tensor hits = torch::one_hot(chosen, moe.num_experts).permute({2, 1, 0});
   if (at::GradMode::is_enabled() && !checkpointing::detail::recomputing())
     tokens_per_expert += hits.sum({1, 2}).to(at::kCPU);
-  at::Tensor out = torch::zeros_like(x);
-  for (int64_t e = 0; e < moe.num_experts; ++e) {
+  at::Tensor out = place.group ? exchanged(x, weights, chosen) : torch::zeros_like(x);
+  for (int64_t e = 0; e < moe.num_experts && !place.group; ++e) {
     const at::Tensor where = hits[e].nonzero();  // (place, token) pairs, place-major as torch.where gives them
     const at::Tensor place = where.select(1, 0), token = where.select(1, 1);
     const at::Tensor y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, token)) *
@@ -54,6 +59,37 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
     out = out + torch::sigmoid(zero::linear(x, shared_expert_gate->weight, at::Tensor())) * shared_expert->forward(x);
   }
   return out.view(h.sizes());
+}
+
+at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen) {
+  namespace ep = zero::expert_parallel;
+  Communicator& group = *place.group;
+  const int64_t k = chosen.size(1), here = moe.num_experts / place.size;
+  // The (token, place) pairs sorted by expert (stably: each expert's tokens in order), so that
+  // each rank's share is one run of rows, and the sums below go expert by expert as without
+  // expert parallelism.
+  const at::Tensor pairs = chosen.reshape(-1);  // pair p: token p / k, place p % k
+  const at::Tensor order = std::get<1>(pairs.sort(/*stable=*/true, 0, /*descending=*/false));
+  const at::Tensor expert_of = pairs.index_select(0, order);
+  const at::Tensor token_of = order.div(k, "floor");
+  const at::Tensor per_rank = torch::bincount(expert_of.div(here, "floor"), {}, place.size);
+  const std::vector<int64_t> send(per_rank.data_ptr<int64_t>(), per_rank.data_ptr<int64_t>() + place.size);
+  const std::vector<int64_t> receive = ep::receive_counts(group, send);
+  const at::Tensor rows = ep::exchange_rows(group, x.index_select(0, token_of), send, receive);
+  at::Tensor ids;
+  {
+    torch::NoGradGuard no_grad;  // (expert numbers, exact in fp32)
+    ids = ep::exchange_rows(group, expert_of.to(at::kFloat).unsqueeze(1), send, receive).squeeze(1).to(at::kLong);
+  }
+  // Every expert here runs, on its rows from every rank — none, possibly (a zero gradient).
+  at::Tensor results = torch::zeros_like(rows);
+  for (int64_t i = 0; i < here; ++i) {
+    const at::Tensor mine = (ids == first_expert + i).nonzero().squeeze(1);
+    results = results.index_add(0, mine, experts[static_cast<size_t>(i)]->forward(rows.index_select(0, mine)));
+  }
+  const at::Tensor back = ep::exchange_rows(group, results, receive, send);  // the pairs' outputs, in `order`
+  const at::Tensor weight_of = weights.reshape(-1).index_select(0, order).unsqueeze(1);
+  return torch::zeros_like(x).index_add_(0, token_of, (back * weight_of).to(x.scalar_type()));
 }
 
 at::Tensor load_balancing_loss(const RouterLogits& router_logits, int64_t num_experts, int64_t experts_per_token) {

@@ -25,20 +25,28 @@ namespace zero::llama {
 
 struct SparseMoeBlock : torch::nn::Module {
   // `router_logits`: where each forward's logits go for the load-balancing loss (null: nowhere).
+  // `experts`: with expert parallelism, this rank builds its share of the experts only.
   SparseMoeBlock(const LlamaConfig& config, WeightSource& source, const std::vector<HfTensor>& tensors, int layer,
-                 at::ScalarType dtype, std::shared_ptr<RouterLogits> router_logits);
+                 at::ScalarType dtype, std::shared_ptr<RouterLogits> router_logits, const ExpertPlace& experts = {});
   at::Tensor forward(const at::Tensor& x);  // [B, T, hidden] → the same
 
   const MoeConfig& moe;
   std::shared_ptr<RouterLogits> router_logits;
+  ExpertPlace place;
+  int64_t first_expert = 0;  // the number of experts[0] in the layer
   std::shared_ptr<Weights> gate;
-  std::shared_ptr<torch::nn::Module> expert_list;  // registered as "experts": "0", "1", ...
+  std::shared_ptr<torch::nn::Module> expert_list;  // registered as "experts": "0", "1", ... (this rank's)
   std::vector<std::shared_ptr<LlamaMlp>> experts;
   std::shared_ptr<LlamaMlp> shared_expert;         // Qwen2-MoE's (null for Mixtral)
   std::shared_ptr<Weights> shared_expert_gate;
   // The load: per expert, the tokens that chose it in the training forwards so far (not in
   // evaluation, nor in a checkpointed layer's recomputation). int64, on the CPU.
   at::Tensor tokens_per_expert;
+
+ private:
+  // Expert parallelism: each (token, place) pair's row to the rank holding its expert, computed
+  // there, and back; returns the pairs' weighted outputs summed per token, experts in order.
+  at::Tensor exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen);
 };
 
 // transformers' load_balancing_loss_func without an attention mask: the layers' router logits

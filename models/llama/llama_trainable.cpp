@@ -211,6 +211,8 @@ void check_expert_parallel_config(const ExpertParallelConfig& ep, const LlamaCon
   if (moe.num_experts % ep.size != 0) {
     throw Error(fmt::format("{}: {} experts do not split evenly over {} ranks", ep.key, moe.num_experts, ep.size), ep.key);
   }
+  // The layers exchange tokens with the experts' ranks (zero/expert_parallel.h); the engine does not
+  // yet partition expert parameters over their expert-data-parallel group.
   throw Error(fmt::format("{}: expert parallelism ({} experts over {} ranks) is not built yet: train with autoep_size 1 "
                           "(every rank holds every expert; ZeRO partitions them like any weight)",
                           ep.key, moe.num_experts, ep.size),

@@ -7,11 +7,14 @@
 // layer between MoE ones (decoder_sparse_step 2), the shared expert, norm_topk_prob off;
 // qwen2_moe_norm: mlp_only_layers, norm_topk_prob on, tied embeddings.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <cstring>
 #include <string>
 
 #include "checkpoint/safetensors_reader.h"
+#include "models/llama/hf_model_dir.h"
+#include "models/llama/llama.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
 #include "zero/world.h"
@@ -149,4 +152,43 @@ TEST_F(LlamaCases, MoeRefusalsNameTheKey) {
   EXPECT_NE(expert_parallel("llama_gqa", R"({"enabled": true})").find("LlamaForCausalLM has no experts"), std::string::npos);
   EXPECT_EQ(expert_parallel("qwen2_moe_norm", R"({"enabled": true, "autoep_size": 1, "preset_model": "qwen3_moe"})"), "")
       << "EP 1: every expert on every rank, as DeepSpeed";
+}
+
+// Expert parallelism's exchange inside the layer (zero/expert_parallel.h; the engine's side —
+// expert parameters partitioned over their expert-data-parallel group — is not built yet): at 2
+// and 4 ranks, each rank holding 4/n of mixtral_moe's experts, a forward and backward on each
+// rank's own rows gives the loss (the load-balancing loss included) the whole model gives on them,
+// the same gradient for every weight every rank holds (router, attention, norms, embedding,
+// lm_head), and for each expert the sum over the ranks of the whole model's gradients for it.
+TEST_F(LlamaCases, ExpertParallelLayersEqualTheWholeModel) {
+  const int n = test_world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "at 2 and 4 ranks";
+  const zero::llama::HfModel hf = zero::llama::open_hf_model((cases_dir() / "mixtral_moe" / "model").string());
+  zero::llama::LlamaForCausalLM whole(hf.config, *zero::llama::file_weights(hf));
+  zero::llama::LlamaForCausalLM split(hf.config, *zero::llama::file_weights(hf), at::kFloat, {}, {},
+                                      {.group = &test_world().communicator(), .rank = test_world().rank(), .size = n});
+  torch::manual_seed(static_cast<uint64_t>(test_world().rank()) + 1);  // each rank its own rows
+  const at::Tensor tokens = torch::randint(0, hf.config.vocab_size, {3, kSeq + 1}, torch::kLong);
+  const at::Tensor x = tokens.narrow(1, 0, kSeq), y = tokens.narrow(1, 1, kSeq);
+  const at::Tensor whole_loss = whole.loss(x, y), split_loss = split.loss(x, y);
+  EXPECT_NEAR(split_loss.item<double>(), whole_loss.item<double>(), 1e-6);
+  whole_loss.backward();
+  split_loss.backward();
+  const auto whole_params = whole.named_parameters();
+  int experts_seen = 0;
+  for (const auto& item : whole_params) {
+    at::Tensor expected = item.value().grad().defined() ? item.value().grad().clone() : torch::zeros_like(item.value());
+    const bool expert = item.key().find(".experts.") != std::string::npos;
+    if (expert) test_world().communicator().all_reduce(expected, zero::ReduceOp::kSum, {.async = false});
+    const at::Tensor* mine = split.named_parameters().find(item.key());
+    if (!mine) {
+      EXPECT_TRUE(expert) << item.key() << ": only experts live on some ranks";
+      continue;
+    }
+    experts_seen += expert ? 1 : 0;
+    ASSERT_TRUE(mine->grad().defined()) << item.key();
+    EXPECT_LE((mine->grad() - expected).abs().max().item<double>(), 1e-6 * (1 + expected.abs().max().item<double>()))
+        << item.key();
+  }
+  EXPECT_EQ(experts_seen, 2 /*layers*/ * 3 /*w1 w2 w3*/ * (4 / n)) << "this rank's share of the experts";
 }
