@@ -149,7 +149,7 @@ at::Tensor LlamaMlp::forward(const at::Tensor& x) {
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
                                      const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                                     const TensorParallelPlace& tp, std::shared_ptr<RouterLogits> router_logits,
+                                     const TensorParallelPlace& tp, std::shared_ptr<LoadBalance> load_balance,
                                      const ExpertPlace& experts)
     : config(c),
       rope(std::move(r)),
@@ -162,7 +162,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<Rotar
   if (c.is_moe_layer(layer)) {
     const std::string name = c.moe_prefix();
     moe = register_module(name.substr(0, name.size() - 1),
-                          std::make_shared<SparseMoeBlock>(c, source, tensors, layer, dtype, std::move(router_logits), experts));
+                          std::make_shared<SparseMoeBlock>(c, source, tensors, layer, dtype, std::move(load_balance), experts));
   } else {
     mlp = register_module("mlp", std::make_shared<LlamaMlp>(source, tensors, p + "mlp.", dtype, tp));
   }
@@ -235,7 +235,7 @@ at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp,
-                       const PipelinePlace& stage, std::shared_ptr<RouterLogits> router_logits, const ExpertPlace& experts) {
+                       const PipelinePlace& stage, std::shared_ptr<LoadBalance> load_balance, const ExpertPlace& experts) {
   const std::vector<HfTensor> tensors = llama_tensors(c);
   if (stage.first()) {
     embed_tokens = register_module(
@@ -247,7 +247,7 @@ LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarTyp
   for (int l = stage.first_layer; l < end; ++l) {  // named by their place in the whole model
     layers.push_back(layer_list->register_module(
         std::to_string(l),
-        std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp, router_logits, experts)));
+        std::make_shared<zero::Unit<LlamaDecoderLayer>>(c, rope, source, tensors, l, dtype, tp, load_balance, experts)));
   }
   if (stage.last()) norm = register_module("norm", std::make_shared<Weights>(source, "model.norm.", tensors, dtype));
 }
@@ -286,7 +286,7 @@ LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::Scal
                               config.family_name()),
                   "pipeline_parallel.pp_size");
     }
-    router_logits = std::make_shared<RouterLogits>();
+    load_balance = std::make_shared<LoadBalance>();
   }
   if (stage.end_layer < 0) stage.end_layer = static_cast<int>(config.num_hidden_layers);
   vocab_start = slice_range(config.vocab_size, place.rank, place.size).start;
@@ -296,7 +296,7 @@ LlamaForCausalLM::LlamaForCausalLM(LlamaConfig c, WeightSource& source, at::Scal
                 "expert_parallel.autoep_size");
   }
   model = register_module("model",
-                          std::make_shared<LlamaModel>(config, source, dtype, place, stage, router_logits, experts));
+                          std::make_shared<LlamaModel>(config, source, dtype, place, stage, load_balance, experts));
   if (stage.last() && !config.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", std::make_shared<Weights>(source, "lm_head.", llama_tensors(config), dtype, place));
@@ -311,7 +311,7 @@ const at::Tensor& LlamaForCausalLM::output_weight() const {
 }
 
 at::Tensor LlamaForCausalLM::embed(const at::Tensor& tokens) {
-  if (router_logits) router_logits->clear();  // a forward starts
+  if (load_balance) load_balance->start();  // a forward starts
   const int64_t T = tokens.size(1);
   if (T > config.max_position_embeddings) {
     throw Error("a sequence of " + std::to_string(T) + " tokens is longer than max_position_embeddings " +
@@ -361,24 +361,15 @@ at::Tensor LlamaForCausalLM::head_loss(const at::Tensor& h, const at::Tensor& ta
   const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat),
                                                     targets.reshape(-1), {}, mean ? at::Reduction::Mean : at::Reduction::Sum,
                                                     -100);
-  if (!router_logits || router_logits->empty()) return loss;
+  if (!load_balance || load_balance->empty()) return loss;
   // transformers adds router_aux_loss_coef x the load-balancing loss of this forward's routers.
-  const RouterLogits routed = std::exchange(*router_logits, {});
   if (!mean) {
     throw Error(fmt::format("{}'s load-balancing loss (output_router_logits) beside a loss summed over tokens "
                             "(zero-finetune's) is not built yet",
                             config.family_name()),
                 "output_router_logits");
   }
-  if (at::GradMode::is_enabled() && !routed.front().requires_grad()) {
-    // A checkpointed layer's first run is under no_grad: the routers' part of the gradient would be lost.
-    throw Error(fmt::format("{}'s load-balancing loss (output_router_logits) with activation checkpointing is not "
-                            "built yet",
-                            config.family_name()),
-                "output_router_logits");
-  }
-  return loss + config.moe.router_aux_loss_coef *
-                    load_balancing_loss(routed, config.moe.num_experts, config.moe.experts_per_token);
+  return loss + config.moe.router_aux_loss_coef * load_balance->loss();
 }
 
 at::Tensor LlamaForCausalLM::forward(const at::Tensor& tokens) {

@@ -122,14 +122,13 @@ struct LlamaMlp : torch::nn::Module {
 };
 
 struct SparseMoeBlock;  // llama_moe.h
-// The router logits of a forward's MoE layers, in order (the load-balancing loss's input).
-using RouterLogits = std::vector<at::Tensor>;
+class LoadBalance;     // llama_moe.h: the load-balancing loss of a forward's MoE layers
 
 struct LlamaDecoderLayer : torch::nn::Module {
-  // `router_logits`: where a MoE layer's router logits go when the loss needs them (else null).
+  // `load_balance`: where a MoE layer records its routing when the loss needs it (else null).
   LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, WeightSource& source,
                     const std::vector<HfTensor>& tensors, int layer, at::ScalarType dtype,
-                    const TensorParallelPlace& place = {}, std::shared_ptr<RouterLogits> router_logits = nullptr,
+                    const TensorParallelPlace& place = {}, std::shared_ptr<LoadBalance> load_balance = nullptr,
                     const ExpertPlace& experts = {});
   at::Tensor forward(const at::Tensor& x);
   at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T, int64_t G,
@@ -147,7 +146,7 @@ struct LlamaDecoderLayer : torch::nn::Module {
 
 struct LlamaModel : torch::nn::Module {
   LlamaModel(const LlamaConfig& config, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& place,
-             const PipelinePlace& stage = {}, std::shared_ptr<RouterLogits> router_logits = nullptr,
+             const PipelinePlace& stage = {}, std::shared_ptr<LoadBalance> load_balance = nullptr,
              const ExpertPlace& experts = {});
   std::shared_ptr<Weights> embed_tokens, norm;  // null on the stages that do not hold them
   std::shared_ptr<torch::nn::Module> layer_list;  // registered as "layers": "0", "1", ...
@@ -187,9 +186,9 @@ struct LlamaForCausalLM : torch::nn::Module {
   // The checkpointed block inputs kept split over the tensor-parallel group (DeepSpeed's
   // partition_activations). Under sequence parallelism they are split along the sequence already.
   bool partition_activations = false;
-  // The MoE layers' router logits of the forward under way, when the loss adds the load-balancing
-  // loss (config.moe.output_router_logits); null otherwise.
-  std::shared_ptr<RouterLogits> router_logits;
+  // The load-balancing loss of the forward under way, when the loss adds it
+  // (config.moe.output_router_logits); null otherwise.
+  std::shared_ptr<LoadBalance> load_balance;
 
  private:
   at::Tensor hidden(const at::Tensor& tokens);  // the final norm's output [B, T, hidden] (T/size: sequence-parallel)

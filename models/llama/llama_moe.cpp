@@ -1,6 +1,7 @@
 // The mixture-of-experts layer and the load-balancing loss (llama_moe.h).
 #include "models/llama/llama_moe.h"
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
 #include "zero/activation_checkpoint.h"
@@ -10,9 +11,9 @@
 namespace zero::llama {
 
 SparseMoeBlock::SparseMoeBlock(const LlamaConfig& c, WeightSource& source, const std::vector<HfTensor>& tensors,
-                               int layer, at::ScalarType dtype, std::shared_ptr<RouterLogits> logits,
+                               int layer, at::ScalarType dtype, std::shared_ptr<LoadBalance> balance,
                                const ExpertPlace& experts_place)
-    : moe(c.moe), router_logits(std::move(logits)), place(experts_place) {
+    : moe(c.moe), load_balance(std::move(balance)), place(experts_place) {
   if (place.size <= 1) place = {};
   const int64_t here = moe.num_experts / place.size;
   first_expert = place.rank * here;
@@ -38,8 +39,6 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
   const int64_t hidden = h.size(-1), k = moe.experts_per_token;
   const at::Tensor x = h.reshape({-1, hidden});
   const at::Tensor logits = zero::linear(x, gate->weight, at::Tensor());
-  // Once per forward: a checkpointed layer's recomputation in backward adds nothing.
-  if (router_logits && !checkpointing::detail::recomputing()) router_logits->push_back(logits);
   auto [weights, chosen] = torch::softmax(logits, 1, at::kFloat).topk(k, -1);
   if (moe.normalize_top_k) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(x.scalar_type());
@@ -58,7 +57,11 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
   if (shared_expert) {
     out = out + torch::sigmoid(zero::linear(x, shared_expert_gate->weight, at::Tensor())) * shared_expert->forward(x);
   }
-  return out.view(h.sizes());
+  out = out.view(h.sizes());
+  if (!load_balance) return out;
+  // The load-balancing loss's probabilities: transformers' softmax of the logits in their dtype.
+  const at::Tensor probs = torch::softmax(logits, -1);
+  return load_balance->record(out, probs, std::get<1>(probs.topk(k, -1)));
 }
 
 at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen) {
@@ -92,13 +95,72 @@ at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weig
   return torch::zeros_like(x).index_add_(0, token_of, (back * weight_of).to(x.scalar_type()));
 }
 
-at::Tensor load_balancing_loss(const RouterLogits& router_logits, int64_t num_experts, int64_t experts_per_token) {
-  const at::Tensor pooled = torch::cat(router_logits, 0);
-  const at::Tensor probs = torch::softmax(pooled, -1);
-  const at::Tensor chosen = std::get<1>(probs.topk(experts_per_token, -1));
-  const at::Tensor share = torch::one_hot(chosen, num_experts).to(at::kFloat).mean(0);  // [k, experts]
-  const at::Tensor mean_prob = probs.mean(0);                                             // [experts]
-  return (share * mean_prob.unsqueeze(0)).sum() * static_cast<double>(num_experts);
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A MoE layer's output joined to its Σ_rows p: the output's gradient passes through, and Σ_rows p
+// gets the load-balancing term's gradient (LoadBalance::layer_gradient, set by the term's node,
+// whose backward runs first: it hangs from the loss itself).
+struct JoinLayer : torch::autograd::Function<JoinLayer> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& output, const at::Tensor& probability_sum,
+                            int64_t balance) {
+    ctx->saved_data["balance"] = balance;
+    ctx->saved_data["experts"] = probability_sum.size(0);
+    return output.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const LoadBalance& balance = *reinterpret_cast<LoadBalance*>(ctx->saved_data["balance"].toInt());
+    at::Tensor sum_grad = balance.layer_gradient.defined() ? balance.layer_gradient
+                                                           : at::zeros({ctx->saved_data["experts"].toInt()}, at::kFloat);
+    return {grads[0], sum_grad, at::Tensor()};
+  }
+};
+
+// The term: its value computed from the recorded sums; its backward learns g and gives each
+// layer's node its share.
+struct BalanceTerm : torch::autograd::Function<BalanceTerm> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& anchor, const at::Tensor& value, int64_t balance) {
+    ctx->saved_data["balance"] = balance;
+    return value.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    LoadBalance& balance = *reinterpret_cast<LoadBalance*>(ctx->saved_data["balance"].toInt());
+    balance.layer_gradient = balance.picks_share * grads[0].to(at::kFloat).to(at::kCPU);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+void LoadBalance::start() {
+  probability_sums_ = picks_ = picks_share = layer_gradient = at::Tensor();
+  rows_ = 0;
+}
+
+at::Tensor LoadBalance::record(const at::Tensor& output, const at::Tensor& probs, const at::Tensor& picks) {
+  const int64_t experts = probs.size(-1);
+  const at::Tensor probability_sum = probs.sum(0, /*keepdim=*/false, at::kFloat);
+  if (!checkpointing::detail::recomputing()) {  // a checkpointed layer's second run is counted once
+    const at::Tensor picked = torch::one_hot(picks, experts).sum(at::IntArrayRef{0, 1}).to(at::kCPU);
+    const at::Tensor sum = probability_sum.detach().to(at::kCPU);
+    probability_sums_ = probability_sums_.defined() ? probability_sums_ + sum : sum;
+    picks_ = picks_.defined() ? picks_ + picked : picked;
+    rows_ += probs.size(0);
+  }
+  if (!at::GradMode::is_enabled() || !probability_sum.requires_grad()) return output;
+  return JoinLayer::apply(output, probability_sum, reinterpret_cast<int64_t>(this));
+}
+
+at::Tensor LoadBalance::loss() {
+  const double experts = static_cast<double>(picks_.size(0)), rows = static_cast<double>(rows_);
+  const at::Tensor share = picks_.to(at::kFloat) / rows;
+  picks_share = share * (experts / rows);  // ∂aux/∂(a layer's Σ_rows p) = E · picks / N²
+  const at::Tensor value = (share * (probability_sums_ / rows)).sum() * experts;
+  if (!at::GradMode::is_enabled()) return value;
+  if (!anchor_.defined()) anchor_ = at::zeros({}, at::kFloat).requires_grad_(true);
+  return BalanceTerm::apply(anchor_, value, reinterpret_cast<int64_t>(this));
 }
 
 }  // namespace zero::llama

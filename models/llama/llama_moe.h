@@ -23,15 +23,45 @@
 
 namespace zero::llama {
 
+// transformers' load_balancing_loss_func (without an attention mask) over one forward's MoE
+// layers, gathered layer by layer: with p the softmax of a layer's router logits (in their dtype),
+// pooled over the layers' N rows,
+//   aux = E · Σ_e (picks_e / N) · (Σ_rows p_e / N)
+// with picks_e the rows' top-k picks of expert e (uniform routing gives k). It is linear in each
+// layer's Σ_rows p (the picks have no gradient), so a layer's share of its gradient is
+// g · E · picks / N², g the gradient the loss gives the term: each layer joins its output to the
+// graph through a node whose backward adds that to its Σ_rows p. A checkpointed layer, whose first
+// run has no graph, gets it when it runs again in backward — so the term trains with activation
+// checkpointing too.
+class LoadBalance {
+ public:
+  void start();  // a forward begins: nothing recorded
+  bool empty() const { return rows_ == 0; }
+  // A MoE layer's routing: `probs` [rows, experts] (with its graph, when training) and the rows'
+  // top-k picks [rows, k]. Returns `output`, joined to `probs` for the backward when training.
+  at::Tensor record(const at::Tensor& output, const at::Tensor& probs, const at::Tensor& picks);
+  at::Tensor loss();  // aux, a scalar (fp32) whose gradient reaches every recorded layer
+
+  // (The autograd nodes': the gradient of aux times g for each layer's Σ_rows p, once known.)
+  at::Tensor layer_gradient;  // [experts] fp32, undefined until the term's backward ran
+  at::Tensor picks_share;     // E · picks / N², the same for every layer
+
+ private:
+  at::Tensor probability_sums_;  // Σ over the layers' rows of p, fp32 [experts] (values only)
+  at::Tensor picks_;             // [experts] int64
+  int64_t rows_ = 0;
+  at::Tensor anchor_;            // a leaf the term hangs from (its backward learns g there)
+};
+
 struct SparseMoeBlock : torch::nn::Module {
-  // `router_logits`: where each forward's logits go for the load-balancing loss (null: nowhere).
+  // `load_balance`: where each forward's routing goes for the load-balancing loss (null: nowhere).
   // `experts`: with expert parallelism, this rank builds its share of the experts only.
   SparseMoeBlock(const LlamaConfig& config, WeightSource& source, const std::vector<HfTensor>& tensors, int layer,
-                 at::ScalarType dtype, std::shared_ptr<RouterLogits> router_logits, const ExpertPlace& experts = {});
+                 at::ScalarType dtype, std::shared_ptr<LoadBalance> load_balance, const ExpertPlace& experts = {});
   at::Tensor forward(const at::Tensor& x);  // [B, T, hidden] → the same
 
   const MoeConfig& moe;
-  std::shared_ptr<RouterLogits> router_logits;
+  std::shared_ptr<LoadBalance> load_balance;
   ExpertPlace place;
   int64_t first_expert = 0;  // the number of experts[0] in the layer
   std::shared_ptr<Weights> gate;
@@ -48,10 +78,5 @@ struct SparseMoeBlock : torch::nn::Module {
   // there, and back; returns the pairs' weighted outputs summed per token, experts in order.
   at::Tensor exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen);
 };
-
-// transformers' load_balancing_loss_func without an attention mask: the layers' router logits
-// pooled ([Σ tokens, experts]), their softmax p, each token's top-k picks; E · Σ over the k and
-// the experts of (the share of picks going to the expert) · (its mean p). Uniform routing gives k.
-at::Tensor load_balancing_loss(const RouterLogits& router_logits, int64_t num_experts, int64_t experts_per_token);
 
 }  // namespace zero::llama
