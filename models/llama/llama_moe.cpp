@@ -47,12 +47,14 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
   if (at::GradMode::is_enabled() && !checkpointing::detail::recomputing())
     tokens_per_expert += hits.sum({1, 2}).to(at::kCPU);
   at::Tensor out = place.group ? exchanged(x, weights, chosen) : torch::zeros_like(x);
-  for (int64_t e = 0; e < moe.num_experts && !place.group; ++e) {
-    const at::Tensor where = hits[e].nonzero();  // (place, token) pairs, place-major as torch.where gives them
-    const at::Tensor place = where.select(1, 0), token = where.select(1, 1);
-    const at::Tensor y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, token)) *
-                         weights.index({token, place}).unsqueeze(-1);
-    out.index_add_(0, token, y.to(x.scalar_type()));
+  if (!place.group) {
+    for (int64_t e = 0; e < moe.num_experts; ++e) {
+      const at::Tensor where = hits[e].nonzero();  // (slot, token) pairs, slot-major as torch.where gives them
+      const at::Tensor slot = where.select(1, 0), token = where.select(1, 1);
+      const at::Tensor y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, token)) *
+                           weights.index({token, slot}).unsqueeze(-1);
+      out.index_add_(0, token, y.to(x.scalar_type()));
+    }
   }
   if (shared_expert) {
     out = out + torch::sigmoid(zero::linear(x, shared_expert_gate->weight, at::Tensor())) * shared_expert->forward(x);
@@ -75,15 +77,17 @@ at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weig
   const at::Tensor order = std::get<1>(pairs.sort(/*stable=*/true, 0, /*descending=*/false));
   const at::Tensor expert_of = pairs.index_select(0, order);
   const at::Tensor token_of = order.div(k, "floor");
-  const at::Tensor per_rank = torch::bincount(expert_of.div(here, "floor"), {}, place.size);
-  const std::vector<int64_t> send(per_rank.data_ptr<int64_t>(), per_rank.data_ptr<int64_t>() + place.size);
-  const std::vector<int64_t> receive = ep::receive_counts(group, send);
+  // Every rank's pairs per expert ([ranks, experts]): what each rank sends and receives, and which
+  // expert each received row is for (a sender's rows come expert by expert).
+  const at::Tensor per_expert = torch::bincount(expert_of, {}, moe.num_experts);
+  const at::Tensor counts = ep::all_gather_counts(group, per_expert).view({place.size, place.size, here});
+  const at::Tensor to_rank = counts[place.rank].sum(1), to_me = counts.select(1, place.rank);  // [ranks], [ranks, here]
+  const std::vector<int64_t> send(to_rank.data_ptr<int64_t>(), to_rank.data_ptr<int64_t>() + place.size);
+  const at::Tensor from_rank = to_me.sum(1).contiguous();
+  const std::vector<int64_t> receive(from_rank.data_ptr<int64_t>(), from_rank.data_ptr<int64_t>() + place.size);
   const at::Tensor rows = ep::exchange_rows(group, x.index_select(0, token_of), send, receive);
-  at::Tensor ids;
-  {
-    torch::NoGradGuard no_grad;  // (expert numbers, exact in fp32)
-    ids = ep::exchange_rows(group, expert_of.to(at::kFloat).unsqueeze(1), send, receive).squeeze(1).to(at::kLong);
-  }
+  const at::Tensor ids =
+      torch::arange(first_expert, first_expert + here, torch::kLong).repeat(place.size).repeat_interleave(to_me.reshape(-1));
   // Every expert here runs, on its rows from every rank — none, possibly (a zero gradient).
   at::Tensor results = torch::zeros_like(rows);
   for (int64_t i = 0; i < here; ++i) {

@@ -69,15 +69,11 @@ void check_counts(Communicator& group, const std::vector<int64_t>& counts, const
 
 }  // namespace
 
-std::vector<int64_t> receive_counts(Communicator& group, const std::vector<int64_t>& send_counts) {
-  check_counts(group, send_counts, "send");
-  const int n = group.size();
-  const at::Tensor mine = at::tensor(send_counts, at::kLong);
-  at::Tensor all = at::empty({n * n}, at::kLong);  // row r: rank r's counts to each rank
+at::Tensor all_gather_counts(Communicator& group, const at::Tensor& counts) {
+  const at::Tensor mine = counts.to(at::kLong).contiguous().view(-1);
+  at::Tensor all = at::empty({group.size() * mine.numel()}, at::kLong);
   group.all_gather(mine, all, {.async = false});
-  std::vector<int64_t> out(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) out[static_cast<size_t>(r)] = all[r * n + group.rank()].item<int64_t>();
-  return out;
+  return all.view({group.size(), mine.numel()});
 }
 
 at::Tensor exchange_rows(Communicator& group, const at::Tensor& rows, const std::vector<int64_t>& send_counts,
