@@ -19,9 +19,10 @@ std::pair<at::Tensor, std::shared_ptr<void>> ContiguousActivations::keep(const a
   const at::Tensor source = t.contiguous();
   const auto bytes = static_cast<int64_t>(source.nbytes());
   std::lock_guard<std::mutex> lock(mutex_);
-  if (free_.empty() || bytes > slot_bytes_) {
+  // (A buffer on another device than the input's is outgrown too: the slot is where the input was.)
+  if (free_.empty() || bytes > slot_bytes_ || buffer_.device() != source.device()) {
     const int64_t slot_bytes = std::max(slot_bytes_, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-    allocate(std::max<int64_t>(4, 2 * slots_), slot_bytes);
+    allocate(std::max<int64_t>(4, 2 * slots_), slot_bytes, source.device());
     grew_ = true;
   }
   const int64_t slot = free_.back();
@@ -47,13 +48,13 @@ void ContiguousActivations::let_go(int64_t generation, int64_t slot) {
   }
   // Every slot let go after growing: the buffer again, exactly as large as this run needed.
   if (held_ == 0 && grew_ && peak_held_ > 0) {
-    allocate(peak_held_, slot_bytes_);
+    allocate(peak_held_, slot_bytes_, buffer_.device());
     grew_ = false;
   }
 }
 
-void ContiguousActivations::allocate(int64_t slots, int64_t slot_bytes) {
-  buffer_ = at::empty({slots * slot_bytes}, at::TensorOptions().dtype(at::kByte));
+void ContiguousActivations::allocate(int64_t slots, int64_t slot_bytes, at::Device device) {
+  buffer_ = at::empty({slots * slot_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
   slots_ = slots;
   slot_bytes_ = slot_bytes;
   ++generation_;

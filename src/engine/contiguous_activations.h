@@ -32,7 +32,7 @@ class ContiguousActivations {
 
  private:
   void let_go(int64_t generation, int64_t slot);
-  void allocate(int64_t slots, int64_t slot_bytes);
+  void allocate(int64_t slots, int64_t slot_bytes, at::Device device);
 
   mutable std::mutex mutex_;
   at::Tensor buffer_;  // bytes: slots_ × slot_bytes_
