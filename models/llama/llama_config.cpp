@@ -154,7 +154,8 @@ MoeConfig read_moe(Fields& f, const json& j, Family family, int64_t intermediate
     if (m.decoder_sparse_step < 1) refuse(origin, "decoder_sparse_step", "must be at least 1");
     for (int64_t l : m.mlp_only_layers)
       if (l < 0 || l >= layers) refuse(origin, "mlp_only_layers", std::to_string(l) + " is not a layer");
-    if (m.shared_expert_intermediate_size < 1) refuse(origin, "shared_expert_intermediate_size", "must be positive");
+    if (m.shared_expert_intermediate_size < 1 || m.shared_expert_intermediate_size > (int64_t{1} << 22))
+      refuse(origin, "shared_expert_intermediate_size", "out of range (1 to 4194304)");
   }
   m.output_router_logits = f.get<bool>("output_router_logits", false);
   m.router_aux_loss_coef = f.get<double>("router_aux_loss_coef", 0.001);
@@ -166,6 +167,13 @@ MoeConfig read_moe(Fields& f, const json& j, Family family, int64_t intermediate
            std::to_string(m.experts_per_token) + " is not between 1 and the " + std::to_string(m.num_experts) + " experts");
   if (m.expert_intermediate_size < 1 || m.expert_intermediate_size > (int64_t{1} << 22))
     refuse(origin, family == Family::kMixtral ? "intermediate_size" : "moe_intermediate_size", "out of range");
+  // The tensor table holds 3 per expert per layer: far above any real model (DeepSeek-V3: 61 x 256),
+  // far below what would make the table itself take gigabytes before a shard is read.
+  if (layers * m.num_experts > (int64_t{1} << 16)) {
+    refuse(origin, experts_key,
+           std::to_string(m.num_experts) + " experts in each of " + std::to_string(layers) +
+               " layers is more than 65536 experts in all");
+  }
   return m;
 }
 

@@ -172,4 +172,11 @@ TEST(LlamaConfig, MixturesOfExpertsRefuseWhatIsNotComputed) {
                 .find("mlp_only_layers: 5 is not a layer"),
             std::string::npos);
   EXPECT_NE(llama_config_error(R"({"model_type": "qwen2_moe", "num_experts": 0})").find("num_experts"), std::string::npos);
+  // Sizes from a stranger's file bounded before any table is built.
+  EXPECT_NE(llama_config_error(R"({"model_type": "mixtral", "num_hidden_layers": 4096, "num_local_experts": 4096})")
+                .find("more than 65536 experts in all"),
+            std::string::npos);
+  EXPECT_NE(llama_config_error(R"({"model_type": "qwen2_moe", "shared_expert_intermediate_size": 1e12})")
+                .find("shared_expert_intermediate_size"),
+            std::string::npos);
 }
