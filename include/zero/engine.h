@@ -119,6 +119,16 @@ struct ModelParallelOptions {
   // tensor-parallel place (ParallelGrid::pipeline). Each stage holds other parameters, so the
   // gradient norm's squares and the fp16 overflow flag are summed over them too. Null: one stage.
   World* pipeline = nullptr;
+  // Expert parallelism (zero/expert_parallel.h, docs/moe.md): the engine's world cut into
+  // expert-parallel groups, over which each MoE layer's experts are split, and expert-data-parallel
+  // groups (the ranks holding the same experts, one per expert-parallel group). The parameters
+  // `is_expert` names are broadcast, reduced and partitioned over `expert_data_parallel`, the others
+  // over the world, as DeepSpeed's MoE groups do. Both kinds' gradients are divided by the world's
+  // size: each rank's loss is the mean over its own rows, and an expert's gradient on a rank already
+  // holds the tokens every member of its expert-parallel group sent it. Null: no expert parallelism.
+  World* expert_parallel = nullptr;
+  World* expert_data_parallel = nullptr;
+  std::function<bool(const std::string& name)> is_expert;
 };
 
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).
@@ -260,6 +270,8 @@ class Engine {
 
  private:
   void apply_step();  // step()'s work on the boundary: overflow check, clip, optimizer, all-gather
+  // An error naming `what` when experts are partitioned over their own group (not built yet there).
+  void refuse_with_experts(const std::string& what) const;
   // Both backward()s: `autograd_backward` between the buckets' begin and end of a backward.
   void run_backward(const std::function<void()>& autograd_backward);
   // save_checkpoint's work for this engine's data-parallel group, into ROOT/TAG; `slices` is the

@@ -14,11 +14,26 @@
 namespace zero::llama {
 namespace {
 
+// Expert parallelism's groups over the engine's world (docs/moe.md): expert-parallel groups of
+// consecutive ranks — the ones that exchange tokens every layer, so within a host where the hosts
+// allow — and expert-data-parallel groups strided across them (rank r's holds the ranks with r's
+// place in its expert-parallel group: the same experts), as DeepSpeed's MoE groups are cut.
+struct ExpertGroups {
+  ExpertGroups(World& world, int size)
+      : expert_parallel(world.split(world.rank() / size)), expert_data_parallel(world.split(world.rank() % size)) {}
+  World expert_parallel, expert_data_parallel;
+};
+
+bool is_expert_parameter(const std::string& name) { return name.find(".experts.") != std::string::npos; }
+
 class LlamaTrainable : public models::TrainableModel {
  public:
   LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options,
-                 ParallelGrid* grid, bool sequence_parallel, const std::vector<int>& stage_bounds)
-      : model_(hf.config, weights, dtype, place_in(grid, sequence_parallel), stage_in(grid, stage_bounds)),
+                 ParallelGrid* grid, bool sequence_parallel, const std::vector<int>& stage_bounds,
+                 std::unique_ptr<ExpertGroups> experts)
+      : experts_(std::move(experts)),
+        model_(hf.config, weights, dtype, place_in(grid, sequence_parallel), stage_in(grid, stage_bounds),
+               expert_place(experts_.get())),
         stage_bounds_(stage_bounds),
         grid_(grid),
         dtype_(dtype),
@@ -96,9 +111,18 @@ class LlamaTrainable : public models::TrainableModel {
     return {.group = tensor_parallel_,
             .split_dim = [](const std::string& name) { return split_dim(split_of(name)); },
             .layer_stats = layer_stats_,
-            .pipeline = grid_ && grid_->stages() > 1 ? &grid_->pipeline() : nullptr};
+            .pipeline = grid_ && grid_->stages() > 1 ? &grid_->pipeline() : nullptr,
+            .expert_parallel = experts_ ? &experts_->expert_parallel : nullptr,
+            .expert_data_parallel = experts_ ? &experts_->expert_data_parallel : nullptr,
+            .is_expert = is_expert_parameter};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
+    if (experts_) {
+      throw Error(fmt::format("exporting {} with expert parallelism (expert_parallel.autoep_size {}) is not built "
+                              "yet: each rank holds only its experts",
+                              path, experts_->expert_parallel.size()),
+                  "expert_parallel.autoep_size");
+    }
     write_hf_model(engine, model_, config_json_,
                    {.out_dir = path,
                     .source_dir = source_dir_,
@@ -108,6 +132,7 @@ class LlamaTrainable : public models::TrainableModel {
   }
 
  private:
+  std::unique_ptr<ExpertGroups> experts_;  // null without expert parallelism; before the model, which uses it
   LlamaForCausalLM model_;
   std::vector<int> stage_bounds_;  // pipeline_stages.h's bounds over the layer list (empty: one stage)
   ParallelGrid* grid_;
@@ -126,6 +151,12 @@ class LlamaTrainable : public models::TrainableModel {
             .stages = grid->stages(),
             .first_layer = std::clamp(bounds[static_cast<size_t>(s)] - 1, 0, layers),
             .end_layer = std::clamp(bounds[static_cast<size_t>(s) + 1] - 1, 0, layers)};
+  }
+
+  static ExpertPlace expert_place(ExpertGroups* experts) {
+    if (!experts) return {};
+    World& group = experts->expert_parallel;
+    return {.group = &group.communicator(), .rank = group.rank(), .size = group.size()};
   }
 
   static TensorParallelPlace place_in(ParallelGrid* grid, bool sequence_parallel) {
@@ -211,12 +242,6 @@ void check_expert_parallel_config(const ExpertParallelConfig& ep, const LlamaCon
   if (moe.num_experts % ep.size != 0) {
     throw Error(fmt::format("{}: {} experts do not split evenly over {} ranks", ep.key, moe.num_experts, ep.size), ep.key);
   }
-  // The layers exchange tokens with the experts' ranks (zero/expert_parallel.h); the engine does not
-  // yet partition expert parameters over their expert-data-parallel group.
-  throw Error(fmt::format("{}: expert parallelism ({} experts over {} ranks) is not built yet: train with autoep_size 1 "
-                          "(every rank holds every expert; ZeRO partitions them like any weight)",
-                          ep.key, moe.num_experts, ep.size),
-              ep.key);
 }
 
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
@@ -232,10 +257,22 @@ std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Conf
   if (grid && grid->stages() > 1) {
     bounds = pipeline::partition_stages(pipeline_items(hf.config), grid->stages(), config.pipeline.partition_method);
   }
+  std::unique_ptr<ExpertGroups> experts;
+  if (config.expert_parallel.enabled && config.expert_parallel.size > 1) {
+    if (grid) {
+      throw Error(fmt::format("{} {} with tensor or pipeline parallelism is not built yet", config.expert_parallel.key,
+                              config.expert_parallel.size),
+                  config.expert_parallel.key);
+    }
+    experts = std::make_unique<ExpertGroups>(world, config.expert_parallel.size);
+    // The engine partitions the experts over their own group when it takes the model: each rank
+    // builds only its experts, whole (1/EP of them), and no layer is partitioned as it is built.
+    partitioned = false;
+  }
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
   return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid,
-                                          config.tensor_parallel.sequence_parallel, bounds);
+                                          config.tensor_parallel.sequence_parallel, bounds, std::move(experts));
 }
 
 }  // namespace zero::llama

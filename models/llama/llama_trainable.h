@@ -49,7 +49,7 @@ at::ScalarType llama_training_dtype(const Config& config);
 double llama_flops_per_token(const LlamaConfig& config, int64_t seq);
 
 // The config's expert_parallel block against the model: it has experts, the preset names its
-// type, and autoep_size divides them (then refused: expert parallelism is not built yet).
+// type, and autoep_size divides them.
 void check_expert_parallel_config(const ExpertParallelConfig& expert_parallel, const LlamaConfig& model);
 
 }  // namespace zero::llama

@@ -20,6 +20,10 @@ int64_t Bucket::elements() const { return layout().padded; }
 
 at::Tensor Bucket::buffer() const { return group_.flat_.buffer(index_); }
 
+Communicator& Bucket::comm() const { return group_.comm_of(layout().replica_group); }
+
+int Bucket::owned_shard() const { return group_.owned_shard_of(layout().replica_group); }
+
 void Bucket::shard_parameters(UnitBase* unit) {
   unit_ = unit;
   if (unit == nullptr) return;  // the root: whole on every rank, always
@@ -30,7 +34,7 @@ void Bucket::shard_parameters(UnitBase* unit) {
     const PartitionedUnit& p = *unit->partitioned();
     shard_ = p.shard.defined() || group_.shard_swap_ ? p.shard : p.spilled();
   } else {
-    shard_ = flat.shard(buffer(), index_, group_.rank_).clone();
+    shard_ = flat.shard(buffer(), index_, owned_shard()).clone();
     flat.release(index_);
   }
   state_ = ShardLifecycle(ShardState::kSharded);
@@ -52,7 +56,7 @@ void Bucket::wait_gather() {
   if (read_ticket_ != 0) {  // a prefetched read: now its gather (prefetches are for units about to compute)
     group_.shard_swap_->wait(read_ticket_);
     read_ticket_ = 0;
-    group_.comm_.all_gather(gather_input_, buffer(), {.async = false, .quantize_bits = group_.zeropp_.weight_bits});
+    comm().all_gather(gather_input_, buffer(), {.async = false, .quantize_bits = group_.zeropp_.weight_bits});
     rounded_ = group_.zeropp_.weight_bits > 0;
   }
   if (gather_) {
@@ -69,7 +73,7 @@ std::shared_ptr<Work> Bucket::start_gather(bool async, bool compute) {
   group_.note_gathered(elements());
   FlatParams& flat = group_.flat_;
   ShardSwap* swap = group_.shard_swap_.get();
-  if (group_.comm_.size() == 1 && swap == nullptr) {
+  if (layout().partitions == 1 && swap == nullptr) {
     // One partition: the shard is the whole bucket, so the parameters view it (no copy, no
     // second copy of the unit in memory).
     flat.materialize_as(index_, shard_);
@@ -93,7 +97,7 @@ std::shared_ptr<Work> Bucket::start_gather(bool async, bool compute) {
   if (swap != nullptr) gather_input_ = input;
   // Straight into the buffer the parameters view: no copy_ on them, so autograd's version
   // counters of the saved weights stay as they were.
-  return group_.comm_.all_gather(input, buffer(), {.async = async, .quantize_bits = compute ? weight_bits : 0});
+  return comm().all_gather(input, buffer(), {.async = async, .quantize_bits = compute ? weight_bits : 0});
 }
 
 void Bucket::gather() {
@@ -103,7 +107,7 @@ void Bucket::gather() {
   } else if (rounded_) {
     // Whole with qwZ's rounded values (kept for its backward, say): an exact gather is wanted
     // (a checkpoint, gathered parameters that may be changed and written back).
-    group_.comm_.all_gather(shard(), buffer(), {.async = false});
+    comm().all_gather(shard(), buffer(), {.async = false});
     rounded_ = false;
   }
   gather_input_ = at::Tensor();
@@ -226,7 +230,7 @@ void Bucket::complete_with_zeros() {
 
 void Bucket::start_grad_sync() {
   const ReducerOptions& o = group_.options_;
-  Communicator& comm = group_.comm_;
+  Communicator& comm = this->comm();
   const FlatParams& flat = group_.flat_;
   Reduction& r = reduction_;
   r = Reduction{};
@@ -235,7 +239,7 @@ void Bucket::start_grad_sync() {
     r.work = comm.all_reduce(r.wire, ReduceOp::kSum, group_.collective());
     return;
   }
-  r.shard = flat.shard(r.wire, index_, group_.rank_);
+  r.shard = flat.shard(r.wire, index_, owned_shard());
   if (group_.streamed()) {
     r.first = group_.first_since_zero_;
     if (!group_.put_) r.accumulated = group_.accumulator_.narrow(0, layout().owned_offset, layout().shard);
@@ -268,7 +272,7 @@ void Bucket::finish_grad_sync() {
       if (group_.options_.whole_buckets) {
         grads_.copy_(r.wire);
       } else {
-        group_.flat_.shard(grads_, index_, group_.rank_).copy_(r.shard);
+        group_.flat_.shard(grads_, index_, owned_shard()).copy_(r.shard);
       }
     }
   } else {
@@ -286,7 +290,7 @@ void Bucket::finish_grad_sync() {
 }
 
 at::Tensor Bucket::owned_parameters() const {
-  return persistent() ? group_.flat_.shard(buffer(), index_, group_.rank_) : shard();
+  return persistent() ? group_.flat_.shard(buffer(), index_, owned_shard()) : shard();
 }
 
 void Bucket::write_owned(int64_t offset, const at::Tensor& values) {
@@ -305,23 +309,23 @@ void Bucket::write_owned(int64_t offset, const at::Tensor& values) {
     // shard, which holds them now.
     if (state() == ShardState::kSharded || buffer_views_shard()) return;
   }
-  group_.flat_.shard(buffer(), index_, group_.rank_).narrow(0, offset, values.numel()).copy_(values);
+  group_.flat_.shard(buffer(), index_, owned_shard()).narrow(0, offset, values.numel()).copy_(values);
 }
 
 // At most allgather_bucket_size elements per collective: a piece takes the same columns of every
 // rank's shard.
 void Bucket::sync_parameters() {
   if (!persistent() && (state() == ShardState::kSharded || buffer_views_shard())) return;
-  const int n = group_.flat_.layout().world_size();
+  const int n = layout().partitions;
   if (n == 1) return;
   const at::Tensor whole = buffer();
   const int64_t shard = layout().shard;
-  const int rank = group_.rank_;
+  const int rank = owned_shard();
   const int64_t limit = group_.options_.allgather_bucket_size;
   // 0: no limit (DeepSpeed's usual all_gather_into_tensor path ignores the size too).
   const int64_t columns = limit == 0 ? shard : std::max<int64_t>(1, limit / n);
   if (columns >= shard) {
-    group_.comm_.all_gather(group_.flat_.shard(whole, index_, rank), whole, {.async = false});
+    comm().all_gather(group_.flat_.shard(whole, index_, rank), whole, {.async = false});
     return;
   }
   const at::Tensor rows = whole.view({n, shard});
@@ -329,7 +333,7 @@ void Bucket::sync_parameters() {
   for (int64_t offset = 0; offset < shard; offset += columns) {
     const int64_t width = std::min(columns, shard - offset);
     at::Tensor piece = staging.narrow(0, 0, n * width);
-    group_.comm_.all_gather(rows[rank].narrow(0, offset, width), piece, {.async = false});
+    comm().all_gather(rows[rank].narrow(0, offset, width), piece, {.async = false});
     rows.narrow(1, offset, width).copy_(piece.view({n, width}));
   }
 }

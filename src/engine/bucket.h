@@ -164,6 +164,10 @@ class Bucket {
   std::shared_ptr<Work> start_gather(bool async, bool compute);
   void wait_gather();  // kGathering -> kWhole
   at::Tensor buffer() const;
+  // The ranks holding these parameters alike (the bucket's replica group), and which of the
+  // bucket's shards this rank owns.
+  Communicator& comm() const;
+  int owned_shard() const;
   at::Tensor gradient_view(int param) const;  // parameter `param`'s slot in the gradients
   void stage_gradients();  // streamed: a staging buffer from the pool, unless it has one
   void on_complete();      // every gradient is in (stage 3: the parameters go)
@@ -203,7 +207,11 @@ class BucketGroup {
   // The buckets of `flat`'s layout, each persistent until stage 3 shards it. Attaches a hook to
   // every parameter's gradient accumulator. `home`: where streamed gradients accumulate (the
   // partition's: memory or NVMe); empty: the group allocates its own.
-  BucketGroup(FlatParams& flat, Communicator& comm, const ReducerOptions& options, GradientHome home = {});
+  // `replicas`: the communicator of each replica group after the first (expert parallelism: the
+  // expert-data-parallel group), which reduces and gathers that group's buckets; `comm` serves
+  // group 0. Gradients of every group are averaged over `comm`'s ranks (averaging_factor).
+  BucketGroup(FlatParams& flat, Communicator& comm, const ReducerOptions& options, GradientHome home = {},
+              std::vector<Communicator*> replicas = {});
   // Waits for reductions in flight and removes the hooks. Stage 3: parameters still sharded come
   // back as NaN (gathering would be a collective in a destructor).
   ~BucketGroup();
@@ -216,6 +224,9 @@ class BucketGroup {
   FlatParams& flat() { return flat_; }
   const FlatParams& flat() const { return flat_; }
   Communicator& comm() { return comm_; }
+  // Replica group g's communicator (0: comm()), and the shard of its buckets this rank owns.
+  Communicator& comm_of(int replica_group) const { return *comms_[static_cast<size_t>(replica_group)]; }
+  int owned_shard_of(int replica_group) const { return ranks_[static_cast<size_t>(replica_group)]; }
 
   // Stage 3 takes the buckets: `unit_of_bucket[b]` is bucket b's unit (null: the root, which
   // stays whole). `shard_swap`: the shards live in a swap file (offload_param.device "nvme").
@@ -282,7 +293,8 @@ class BucketGroup {
   FlatParams& flat_;
   Communicator& comm_;
   ReducerOptions options_;
-  int rank_;  // the shard this rank owns (0 with one partition)
+  std::vector<Communicator*> comms_;  // per replica group
+  std::vector<int> ranks_;            // per replica group: the shard this rank owns (0 with one partition)
   int64_t element_size_;
 
   // Stage 3. Declared before the buckets, so that their gathers in flight go first.

@@ -34,13 +34,26 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-BucketGroup::BucketGroup(FlatParams& flat, Communicator& comm, const ReducerOptions& options, GradientHome home)
+BucketGroup::BucketGroup(FlatParams& flat, Communicator& comm, const ReducerOptions& options, GradientHome home,
+                         std::vector<Communicator*> replicas)
     : flat_(flat),
       comm_(comm),
       options_(options),
-      rank_(flat.layout().owned_shard(comm.rank())),
       element_size_(static_cast<int64_t>(c10::elementSize(flat.dtype()))),
       arrived_(flat.params().size(), 0) {
+  replicas.insert(replicas.begin(), &comm);
+  comms_ = std::move(replicas);
+  const layout::BucketLayout& layout = flat.layout();
+  if (static_cast<int>(comms_.size()) != layout.replica_groups())
+    throw Error("BucketGroup: a communicator per replica group of the layout");
+  for (int g = 0; g < layout.replica_groups(); ++g) {
+    const int partitions = layout.partitions_of(g);
+    if (partitions != 1 && partitions != comms_[static_cast<size_t>(g)]->size())
+      throw Error("BucketGroup: replica group " + std::to_string(g) + "'s buckets are cut into " +
+                  std::to_string(partitions) + " shards for " + std::to_string(comms_[static_cast<size_t>(g)]->size()) +
+                  " ranks");
+    ranks_.push_back(layout.owned_shard(g, comms_[static_cast<size_t>(g)]->rank()));
+  }
   if (streamed() && options.whole_buckets)
     throw Error("streamed gradients are reduced into shards, never into whole buckets");
   for (int b = 0; b < static_cast<int>(flat.layout().buckets().size()); ++b) buckets_.emplace_back(*this, b);
@@ -212,9 +225,9 @@ at::Tensor BucketGroup::to_wire(const at::Tensor& grads) const {
 
 at::Tensor BucketGroup::owned_gradients() {
   if (!streamed()) {
-    if (flat_.layout().world_size() == 1) return gradients_.to(at::kFloat);  // fp32: the buffer itself
+    if (!flat_.layout().partitioned()) return gradients_.to(at::kFloat);  // fp32: the buffer itself
     std::vector<at::Tensor> shards;
-    for (const Bucket& bucket : buckets_) shards.push_back(flat_.shard(bucket.grads_, bucket.index(), rank_));
+    for (const Bucket& bucket : buckets_) shards.push_back(flat_.shard(bucket.grads_, bucket.index(), bucket.owned_shard()));
     return at::cat(shards).to(at::kFloat);
   }
   if (stale_) {  // nothing reduced since zero()

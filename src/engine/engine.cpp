@@ -23,6 +23,7 @@
 #include "engine/partition.h"
 #include "engine/parameter_slices.h"
 #include "engine/partitioned_init.h"
+#include "layout/bucket_layout.h"
 #include "optim/cpu_kernels.h"
 #include "optim/flat_optimizer.h"
 #include "zero/allocator.h"
@@ -100,11 +101,22 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   set_bf16_compute_in_fp32(compute_choice.bf16_in_fp32);
   checkpointing::set_profiling(config.activation_checkpointing.profile);
   checkpointing::set_contiguous(config.activation_checkpointing.contiguous_memory_optimization);
+  const bool expert_parallel = engine::check_expert_parallel(tensor_parallel, config, world, device,
+                                                              !partitioned.units.empty());
+  if (expert_parallel) {
+    s.expert_parallel = tensor_parallel.expert_parallel;
+    s.expert_data_comm =
+        std::make_unique<CountingCommunicator>(tensor_parallel.expert_data_parallel->communicator(), s.stats);
+  }
   {
     at::NoGradGuard no_grad;
-    // Every rank starts from rank 0's weights and buffers.
-    for (auto& p : model.parameters()) {
-      if (!partitioned.contains(p)) s.comm.broadcast(p.detach(), 0, {.async = false});
+    // Every rank starts from rank 0's weights and buffers; an expert from the first rank of its
+    // expert-data-parallel group (rank 0 holds other experts).
+    for (const auto& item : model.named_parameters()) {
+      if (partitioned.contains(item.value())) continue;
+      const bool expert = expert_parallel && tensor_parallel.is_expert(item.key());
+      (expert ? static_cast<Communicator&>(*s.expert_data_comm) : s.comm)
+          .broadcast(item.value().detach(), 0, {.async = false});
     }
     for (auto& b : model.buffers()) s.comm.broadcast(b.detach(), 0, {.async = false});
   }
@@ -155,22 +167,36 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   std::vector<at::Tensor> adopted;  // per unit: the bucket zero::Init made
   for (const UnitBase* unit : units.units)
     adopted.push_back(unit->partitioned() ? unit->partitioned()->buffer : at::Tensor());
+  // Expert parallelism: the experts are replica group 1, held alike by the expert-data-parallel group.
+  layout::ReplicaGroups replicas;
+  std::vector<Communicator*> replica_comms;
+  if (expert_parallel) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const bool expert = tensor_parallel.is_expert(s.param_names[i]);
+      replicas.of_param.push_back(expert ? 1 : 0);
+      if (expert) s.expert_params.push_back(static_cast<int>(i));
+    }
+    replicas.partitions = {partitions, config.zero.stage == 0 ? 1 : s.expert_data_comm->size()};
+    replica_comms.push_back(s.expert_data_comm.get());
+  }
   // reduce_bucket_size 0 is DeepSpeed's too: every parameter its own bucket.
   s.flat = std::make_unique<engine::FlatParams>(
       std::move(params), partitions,
       stage3 ? engine::kWholeGroupBucket : std::max<int64_t>(1, config.zero.reduce_bucket_size), units.group_of,
-      adopted);
+      adopted, replicas);
+  std::vector<int> owned_shards{s.flat->layout().owned_shard(world.rank())};
+  if (expert_parallel) owned_shards.push_back(s.flat->layout().owned_shard(1, s.expert_data_comm->rank()));
   // Stage 3 reduces gradients exactly as stage 2: into fp32-accumulated owned shards, which the
   // partition holds.
   // ZeRO-Offload: with the model on a GPU and offload_optimizer.device "cpu" (or "nvme"), the
   // master, the moments and the accumulated gradients are in host memory and the CPU Adam steps
   // them; otherwise they live beside the parameters.
   const bool optimizer_on_host = config.zero.offload_optimizer.device != OffloadDevice::kNone;
-  s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, s.flat->layout().owned_shard(world.rank()),
-                                                    config.zero.stage >= 2, engine::swap_options(config, world.rank()),
+  s.partition = std::make_unique<engine::Partition>(*s.flat, s.comm, owned_shards, config.zero.stage >= 2,
+                                                    engine::swap_options(config, world.rank()),
                                                     optimizer_on_host ? at::Device(at::kCPU) : device);
   s.buckets = std::make_unique<engine::BucketGroup>(*s.flat, s.comm, engine::reducer_options(config),
-                                                    s.partition->gradient_home());
+                                                    s.partition->gradient_home(), replica_comms);
   if (stage3) {
     s.stage3 = std::make_unique<engine::Stage3>(
         *s.buckets, std::move(units),
@@ -363,7 +389,15 @@ void Engine::apply_step() {
     }
   }
   // Global L2 norm: partitioned, each rank holds a share of the squares; at stage 0 every rank
-  // holds them all.
+  // holds them all — but for the experts, which each expert-parallel rank holds its own of.
+  // (Partitioned, the ranks' owned expert shards are every expert once: each expert-data-parallel
+  // group holds its own experts.)
+  if (s.expert_parallel && !s.flat->layout().partitioned()) {
+    const double experts = s.partition->sum_of_squares_of(grads, s.expert_params);
+    at::Tensor all_experts = at::full({1}, experts, at::kDouble);
+    s.expert_parallel->communicator().all_reduce(all_experts, ReduceOp::kSum, {.async = false});
+    sum_of_squares += all_experts.item<double>() - experts;
+  }
   at::Tensor squares = at::full({1}, sum_of_squares, at::kDouble);
   if (s.flat->layout().world_size() > 1) s.comm.all_reduce(squares, ReduceOp::kSum, {.async = false});
   if (s.tensor_parallel) s.tensor_parallel->communicator().all_reduce(squares, ReduceOp::kSum, {.async = false});

@@ -91,6 +91,7 @@ bool crash_requested(int rank) {
 std::string Engine::save_checkpoint(const std::string& dir, const std::string& requested_tag,
                                     const std::string& client_state) {
   State& s = *state_;
+  refuse_with_experts("save_checkpoint");
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
   check_tag(tag);
   if (s.pipeline) {
@@ -280,6 +281,7 @@ std::vector<int64_t> with_size(std::vector<int64_t> shape, int dim, int64_t size
 
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
   State& s = *state_;
+  refuse_with_experts("load_checkpoint");
   const int rank = s.world.rank();
   if (!options.tag.empty()) check_tag(options.tag);
   std::unique_ptr<checkpoint::StagedCheckpoint> saved;  // every stage's parts (one stage: the whole model's)
@@ -342,7 +344,7 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
     // Nothing is written before every rank has checked every file it will read: a damaged
     // checkpoint leaves the engine as it was, on every rank (the master may be the parameters).
     for (size_t i = 0; i < s.param_names.size(); ++i) {
-      auto mine = s.flat->layout().fragment(static_cast<int>(i), s.partition->owner_rank());
+      auto mine = s.partition->owned_fragment(static_cast<int>(i));
       const auto [stage, j] = source_of[i];
       if (!mine || j < 0) continue;
       checkpoint::CheckpointParts* parts = &saved->stage(static_cast<size_t>(stage));

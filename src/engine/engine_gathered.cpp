@@ -22,8 +22,17 @@ Engine::GatheredParameters Engine::gathered_parameters(int modifier_rank) {
   return GatheredParameters(*this, modifier_rank);
 }
 
+void Engine::refuse_with_experts(const std::string& what) const {
+  const State& s = *state_;
+  if (!s.expert_data_comm) return;
+  throw Error(what + " with expert parallelism (" + s.config.expert_parallel.key + " " +
+                  std::to_string(s.expert_parallel->size()) + ") is not built yet: each rank holds only its experts",
+              s.config.expert_parallel.key, s.world.rank());
+}
+
 Engine::GatheredParameters::GatheredParameters(Engine& engine, int modifier_rank)
     : engine_(engine), modifier_rank_(modifier_rank) {
+  engine_.refuse_with_experts("gathered_parameters");
   engine_.gather_parameters();
 }
 
@@ -79,6 +88,7 @@ std::vector<Engine::ParameterInfo> Engine::parameter_infos() const {
 
 void Engine::visit_whole_parameters(const std::function<void(size_t, const at::Tensor&)>& fn,
                                     const std::function<void()>& finish, int on_rank, const std::string& what) {
+  refuse_with_experts(what);
   State& s = *state_;
   const int rank = s.world.rank();
   std::string error;
@@ -106,6 +116,7 @@ void Engine::visit_whole_parameters(const std::function<void(size_t, const at::T
 }
 
 bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
+  refuse_with_experts("save_16bit_model");
   State& s = *state_;
   const int rank = s.world.rank();
   if (s.stage3 && !s.config.zero.stage3_gather_16bit_weights_on_model_save) {

@@ -159,4 +159,29 @@ std::vector<std::string> unhonoured_settings(const Config& c, bool on_gpu) {
   return out;
 }
 
+bool check_expert_parallel(const ModelParallelOptions& options, const Config& config, const World& world,
+                           at::Device device, bool built_partitioned) {
+  if (!options.expert_parallel || options.expert_parallel->size() == 1) return false;
+  const std::string key = config.expert_parallel.key.empty() ? "expert_parallel.autoep_size" : config.expert_parallel.key;
+  const int rank = world.rank();
+  if (!options.expert_data_parallel || !options.is_expert ||
+      options.expert_parallel->size() * options.expert_data_parallel->size() != world.size()) {
+    throw Error("expert parallelism: the expert-parallel and expert-data-parallel groups must cut the engine's " +
+                    std::to_string(world.size()) + " ranks, and the model must say which parameters are experts'",
+                key, rank);
+  }
+  auto refuse = [&](const std::string& what, const std::string& refused_key) {
+    throw Error("expert parallelism (" + key + " " + std::to_string(options.expert_parallel->size()) + ") with " + what +
+                    " is not built yet",
+                refused_key, rank);
+  };
+  if ((options.group && options.group->size() > 1) || (options.pipeline && options.pipeline->size() > 1))
+    refuse("tensor or pipeline parallelism", key);
+  if (!device.is_cpu()) refuse("a model on " + device.str(), key);
+  if (built_partitioned) refuse("a model built under zero::Init", "zero_optimization.stage");
+  if (config.zero.zero_hpz_partition_size > 1) refuse("hpZ", "zero_optimization.zero_hpz_partition_size");
+  if (config.optimizer.type == OptimizerType::kLamb) refuse("Lamb (its norms are per whole parameter)", "optimizer.type");
+  return true;
+}
+
 }  // namespace zero::engine

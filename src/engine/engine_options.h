@@ -2,6 +2,8 @@
 // it at start-up (Engine's constructor is the only caller).
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "engine/bucket.h"
 #include "engine/optimizer_swap.h"
 #include "zero/config.h"
+#include "zero/engine.h"
 #include "zero/world.h"
 
 namespace zero {
@@ -25,6 +28,11 @@ std::optional<SwapOptions> swap_options(const Config& config, int rank);
 std::optional<SwapOptions> param_swap_options(const Config& config, int rank);
 // Errors for combinations the engine refuses (zero::Error naming the key).
 void check_config(const Config& config, const World& world);
+// Whether the engine partitions experts over their own group (ModelParallelOptions): the groups
+// checked against the world and what expert parallelism is not built with yet refused, naming the
+// key. `built_partitioned`: the model was built under zero::Init.
+bool check_expert_parallel(const ModelParallelOptions& options, const Config& config, const World& world,
+                           at::Device device, bool built_partitioned);
 // The settings accepted that change nothing here, each said once at start-up.
 std::vector<std::string> unhonoured_settings(const Config& config, bool on_gpu);
 

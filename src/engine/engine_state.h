@@ -47,6 +47,12 @@ struct Engine::State {
   // parameter's slice sits in the whole parameter (all whole without tensor parallelism).
   World* tensor_parallel = nullptr;
   World* pipeline = nullptr;  // the other stages' ranks (pipeline parallelism), for the norm and overflow
+  // Expert parallelism: the expert-parallel group (for the norm at stage 0, where each rank holds
+  // its experts whole), the expert-data-parallel group's collectives (counted with the world's),
+  // and the expert parameters (indices into flat->params()).
+  World* expert_parallel = nullptr;
+  std::unique_ptr<CountingCommunicator> expert_data_comm;
+  std::vector<int> expert_params;
   std::vector<int> replicated_params;
   std::vector<engine::ParameterSlice> slices;
   torch::nn::Module* model = nullptr;

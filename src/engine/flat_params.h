@@ -24,8 +24,12 @@ class FlatParams {
   // completes them (the group whose first-registered parameter comes latest goes first).
   // `adopted[g]`, where defined: group g's bucket as zero::Init left it (bytes freed, parameters
   // already viewing it); taken as it is, released, after checking it has this layout.
+  // `replicas` (expert parallelism): each parameter's replica group and each group's partitions
+  // (layout/bucket_layout.h); within a stage-3 group the parameters of one replica group come
+  // together, so a unit has one bucket per replica group it holds.
   FlatParams(std::vector<at::Tensor> params, int partitions, int64_t bucket_elements,
-             const std::vector<int>& groups = {}, const std::vector<at::Tensor>& adopted = {});
+             const std::vector<int>& groups = {}, const std::vector<at::Tensor>& adopted = {},
+             const layout::ReplicaGroups& replicas = {});
 
   const layout::BucketLayout& layout() const { return layout_; }
   const std::vector<at::Tensor>& params() const { return params_; }

@@ -13,7 +13,8 @@ namespace zero::engine {
 namespace {
 
 // The weight decay of every owned element, as runs over the owned buffer (parameter groups).
-std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const std::vector<ParamGroup>& groups,
+std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, const std::vector<int>& owned_shards,
+                                        const std::vector<ParamGroup>& groups,
                                         double default_decay, int rank) {
   std::unordered_map<const void*, double> decay_of;
   for (const ParamGroup& g : groups) {
@@ -26,7 +27,7 @@ std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const
   const layout::BucketLayout& layout = flat.layout();
   std::vector<optim::DecayRun> runs;
   for (size_t i = 0; i < flat.params().size(); ++i) {
-    auto fragment = layout.fragment(static_cast<int>(i), owner);
+    auto fragment = layout.owned_fragment(static_cast<int>(i), owned_shards);
     if (!fragment) continue;
     auto found = decay_of.find(flat.params()[i].unsafeGetTensorImpl());
     runs.push_back({fragment->owned_offset, fragment->param_end - fragment->param_begin,
@@ -55,11 +56,11 @@ std::vector<optim::DecayRun> decay_runs(const FlatParams& flat, int owner, const
 
 }  // namespace
 
-Partition::Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
+Partition::Partition(FlatParams& flat, Communicator& comm, std::vector<int> owned_shards, bool accumulate_gradients,
                      std::optional<SwapOptions> swap, at::Device state_device)
     : flat_(flat),
       comm_(comm),
-      owner_rank_(owner_rank),
+      owned_shards_(std::move(owned_shards)),
       state_device_(state_device),
       swap_options_(std::move(swap)) {
   if (swap_options_) homes_.master = homes_.moments = Memory::kNvme;
@@ -91,7 +92,7 @@ void Partition::make_master(BucketGroup& group) {
   // On NVMe the master is written out tile by tile (make_optimizer), never whole in memory.
   if (swap_options_) return;
   const bool same_device = state_device_ == flat_.device();
-  if (flat_.layout().world_size() == 1 && flat_.dtype() == at::kFloat && flat_.whole().defined() && same_device) {
+  if (!flat_.layout().partitioned() && flat_.dtype() == at::kFloat && flat_.whole().defined() && same_device) {
     // One partition of an fp32 model: the owned buffer is the parameters themselves, so the
     // optimizer steps them in place (as DDP and DeepSpeed's stage 0 do): no second fp32 copy.
     master_ = flat_.whole();
@@ -120,7 +121,7 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   optim::ParamFragments fragments;
   fragments.num_params = static_cast<int>(flat_.params().size());
   for (int i = 0; i < fragments.num_params; ++i) {
-    if (auto f = flat_.layout().fragment(i, owner_rank_)) {
+    if (auto f = owned_fragment(i)) {
       fragments.fragments.push_back({f->owned_offset, f->param_end - f->param_begin, i});
     }
   }
@@ -132,13 +133,14 @@ void Partition::make_optimizer(const OptimizerConfig& config, const std::vector<
   const int64_t owned = flat_.layout().owned_numel();
   const int64_t tile = std::min(sub_group_size, kLargestTile);
   tiles_ = sub_group_size == 0 ? optim::tiles_per_parameter(owned, fragments.fragments) : optim::tiles_of(owned, tile);
+  // (Lamb with expert parallelism is refused: the sums would add different experts.)
   if (flat_.layout().world_size() > 1) {
     fragments.sum_over_ranks = [&comm = comm_](const at::Tensor& sums) {
       comm.all_reduce(sums, ReduceOp::kSum, {.async = false});
     };
   }
   optimizer_ = optim::make_flat_optimizer(
-      config, owned, decay_runs(flat_, owner_rank_, groups, config.weight_decay, world_rank),
+      config, owned, decay_runs(flat_, owned_shards_, groups, config.weight_decay, world_rank),
       std::move(fragments), std::max<int64_t>(1, tile), swap_options_.has_value(), state_device_);
   optimizer_->use_tiles(tiles_);
   if (swap_options_) {
@@ -232,7 +234,7 @@ double Partition::sum_of_squares_of(const at::Tensor& grads, const std::vector<i
   if (!grads.defined()) throw Error("gradients on NVMe with tensor parallelism are not supported yet", "offload_optimizer");
   double sum = 0;
   for (int p : params) {
-    if (const auto f = flat_.layout().fragment(p, owner_rank_)) {
+    if (const auto f = owned_fragment(p)) {
       sum += grads.narrow(0, f->owned_offset, f->param_end - f->param_begin).to(at::kDouble).square().sum().item<double>();
     }
   }
@@ -291,7 +293,8 @@ void Partition::take_parameters(int b) {
     throw Error("gathered_parameters with a modifier rank writes the master, which is on NVMe: not built yet",
                 "zero_optimization.offload_optimizer.device");
   }
-  const at::Tensor shard = flat_.shard(flat_.buffer(b), b, owner_rank_);
+  const int replica_group = flat_.layout().buckets()[static_cast<size_t>(b)].replica_group;
+  const at::Tensor shard = flat_.shard(flat_.buffer(b), b, owned_shards_[static_cast<size_t>(replica_group)]);
   const at::Tensor mine = master(b);
   // (At one rank a whole stage-3 unit views its shard, which an fp32 master already is.)
   if (!master_is_params_ && mine.data_ptr() != shard.data_ptr()) mine.copy_(shard);

@@ -40,14 +40,15 @@ struct StateHomes {
 
 class Partition {
  public:
-  // `owner_rank`: which shard of every bucket this rank owns (0 with one partition: all of it).
+  // `owned_shards`: which shard of every bucket this rank owns (0 with one partition: all of it),
+  // per replica group of the layout (expert parallelism: the dense buckets', the experts').
   // `accumulate_gradients`: stages 2/3 keep an fp32 accumulator of the owned gradients here.
   // `swap`: the master and the optimizer states go to NVMe (offload_optimizer.device "nvme"), and
   // with them the accumulated gradients.
   // `state_device`: where the master, the moments and the accumulator live and the optimizer
   // steps: the parameters' device, or the host (ZeRO-Offload: offload_optimizer.device "cpu",
   // DeepSpeed's CPU Adam over pinned host states) when the parameters are on a GPU.
-  Partition(FlatParams& flat, Communicator& comm, int owner_rank, bool accumulate_gradients,
+  Partition(FlatParams& flat, Communicator& comm, std::vector<int> owned_shards, bool accumulate_gradients,
             std::optional<SwapOptions> swap = std::nullopt, at::Device state_device = at::kCPU);
   ~Partition();
 
@@ -68,7 +69,10 @@ class Partition {
   static constexpr int64_t kLargestTile = int64_t{1} << 22;
   int64_t largest_tile() const;
 
-  int owner_rank() const { return owner_rank_; }
+  // The part of parameter `param` this rank owns, if any.
+  std::optional<layout::Fragment> owned_fragment(int param) const {
+    return flat_.layout().owned_fragment(param, owned_shards_);
+  }
   at::Device state_device() const { return state_device_; }
   const StateHomes& homes() const { return homes_; }
   // Stages 2/3: the reducer's destination: an fp32 accumulator of owned_numel elements, or the
@@ -127,7 +131,7 @@ class Partition {
   void copy_into_parameters(optim::Tile t, const at::Tensor& master_tile);
   FlatParams& flat_;
   Communicator& comm_;
-  int owner_rank_;
+  std::vector<int> owned_shards_;  // per replica group
   at::Device state_device_;
   BucketGroup* buckets_ = nullptr;  // from make_master
   StateHomes homes_;

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <limits>
 #include <unordered_map>
@@ -45,17 +46,17 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
 
 Stage3::Stage3(BucketGroup& buckets, UnitMap map, Stage3Limits limits, std::optional<SwapOptions> shard_swap,
                Stage3Zeropp zeropp)
-    : buckets_(buckets), map_(std::move(map)), bucket_of_unit_(map_.units.size(), -1), limits_(limits) {
+    : buckets_(buckets), map_(std::move(map)), buckets_of_unit_(map_.units.size()), limits_(limits) {
   std::vector<UnitBase*> unit_of_bucket;
   for (int b = 0; b < buckets_.size(); ++b) {
     const int group = map_.group_of[static_cast<size_t>(buckets_.bucket(b).layout().params.front())];
     const bool root = group == static_cast<int>(map_.units.size());
     unit_of_bucket.push_back(root ? nullptr : map_.units[static_cast<size_t>(group)]);
-    if (!root) bucket_of_unit_[static_cast<size_t>(group)] = b;
+    if (!root) buckets_of_unit_[static_cast<size_t>(group)].push_back(b);
   }
   buckets_.shard_parameters(unit_of_bucket, std::move(shard_swap), std::move(zeropp));
   for (size_t u = 0; u < map_.units.size(); ++u) {
-    if (bucket_of_unit_[u] < 0) continue;  // a unit without trainable parameters: nothing to do
+    if (buckets_of_unit_[u].empty()) continue;  // a unit without trainable parameters: nothing to do
     map_.units[u]->attach(this, static_cast<int>(u));
   }
 }
@@ -64,12 +65,22 @@ Stage3::~Stage3() {
   for (UnitBase* unit : map_.units) unit->attach(nullptr, -1);
 }
 
-bool Stage3::fits(int b) const { return buckets_.gathered() + buckets_.bucket(b).elements() <= limits_.max_live; }
+int64_t Stage3::elements_of_unit(int u) const {
+  int64_t n = 0;
+  for (int b : buckets_of_unit_[static_cast<size_t>(u)]) n += buckets_.bucket(b).elements();
+  return n;
+}
 
-void Stage3::prefetch(int b) {
-  Bucket& bucket = buckets_.bucket(b);
-  if (bucket.state() != ShardState::kSharded || bucket.elements() > limits_.prefetch_bucket || !fits(b)) return;
-  bucket.prefetch();
+void Stage3::for_each_bucket(int u, const std::function<void(Bucket&)>& fn) {
+  for (int b : buckets_of_unit_[static_cast<size_t>(u)]) fn(buckets_.bucket(b));
+}
+
+void Stage3::prefetch(int u) {
+  const int64_t n = elements_of_unit(u);
+  if (n > limits_.prefetch_bucket || buckets_.gathered() + n > limits_.max_live) return;
+  for_each_bucket(u, [](Bucket& bucket) {
+    if (bucket.state() == ShardState::kSharded) bucket.prefetch();
+  });
 }
 
 void Stage3::begin_forward() {
@@ -103,7 +114,7 @@ void Stage3::record_reuse_distances() {
         reuse_distance_[i] = between;
         break;
       }
-      between += buckets_.bucket(bucket_of_unit_[static_cast<size_t>(trace[j])]).elements();
+      between += elements_of_unit(trace[j]);
     }
   }
 }
@@ -121,32 +132,32 @@ void Stage3::before_forward(UnitBase& unit) {
     }
   }
   ++cursor_;
-  buckets_.bucket(bucket_of_unit_[static_cast<size_t>(u)]).gather_for_compute();
-  if (mode_ == StepMode::kFollowing && follow && cursor_ < order_.size())
-    prefetch(bucket_of_unit_[static_cast<size_t>(order_[cursor_])]);
+  for_each_bucket(u, [](Bucket& bucket) { bucket.gather_for_compute(); });
+  if (mode_ == StepMode::kFollowing && follow && cursor_ < order_.size()) prefetch(order_[cursor_]);
 }
 
 at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
-  Bucket& bucket = buckets_.bucket(bucket_of_unit_[static_cast<size_t>(unit.unit_index())]);
+  const int u = unit.unit_index();
   if (c10::GradMode::is_enabled() && output.requires_grad()) {
     // Fires when the gradient of the unit's output is complete: just before the unit's backward.
-    const int u = unit.unit_index();
-    static_cast<const at::TensorBase&>(output).register_hook([this, &bucket, u](const at::TensorBase&) {
-      bucket.gather_for_compute();
+    static_cast<const at::TensorBase&>(output).register_hook([this, u](const at::TensorBase&) {
+      for_each_bucket(u, [](Bucket& bucket) { bucket.gather_for_compute(); });
       // Backward runs the units in reverse: the one before this in forward order comes next.
       if (mode_ == StepMode::kFollowing && position_of_[static_cast<size_t>(u)] > 0)
-        prefetch(bucket_of_unit_[static_cast<size_t>(
-            order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)])]);
+        prefetch(order_[static_cast<size_t>(position_of_[static_cast<size_t>(u)] - 1)]);
     });
   }
   // A checkpoint's recomputation in backward: the unit's own backward follows at once.
   const bool recomputed = checkpointing::detail::recomputing() && c10::GradMode::is_enabled() && output.requires_grad();
-  if (keep_after_forward() || recomputed) {
-    bucket.keep();
-  } else {
-    if (in_forward_) bucket.keep_secondary();  // outside a forward nothing would forget it
-    bucket.release();
-  }
+  const bool keep = keep_after_forward() || recomputed;
+  for_each_bucket(u, [&](Bucket& bucket) {
+    if (keep) {
+      bucket.keep();
+    } else {
+      if (in_forward_) bucket.keep_secondary();  // outside a forward nothing would forget it
+      bucket.release();
+    }
+  });
   return output;
 }
 

@@ -58,12 +58,14 @@ class Stage3 : public detail::UnitHooks {
   // their shards). An error naming the first difference otherwise. One 16-byte all-reduce.
   void verify_order(const std::vector<std::string>& param_names);
   StepMode mode() const { return mode_; }
-  int bucket_of_unit(int u) const { return bucket_of_unit_[static_cast<size_t>(u)]; }
+  // Unit u's buckets: one per replica group it holds (expert parallelism: a MoE layer's dense
+  // weights and its experts, gathered over different groups), gathered and freed together.
+  const std::vector<int>& buckets_of_unit(int u) const { return buckets_of_unit_[static_cast<size_t>(u)]; }
 
  private:
   BucketGroup& buckets_;
   UnitMap map_;
-  std::vector<int> bucket_of_unit_;
+  std::vector<std::vector<int>> buckets_of_unit_;
   Stage3Limits limits_;
   std::vector<int> order_;        // units in forward order, recorded by the first Engine::forward
   std::vector<int> position_of_;  // unit → its first position in order_ (-1: not run)
@@ -73,10 +75,11 @@ class Stage3 : public detail::UnitHooks {
   StepMode mode_ = StepMode::kRecording;
   bool in_forward_ = false;  // inside Engine::forward (units run outside it are gathered on demand)
   size_t cursor_ = 0;        // units run so far in this forward
-  // Starts gathering bucket b ahead of its use when it is sharded, small enough
+  // Starts gathering unit u's sharded buckets ahead of their use when the unit is small enough
   // (stage3_prefetch_bucket_size) and fits under max_live with the units whole.
-  void prefetch(int b);
-  bool fits(int b) const;  // gathering b keeps the units whole within max_live
+  void prefetch(int u);
+  int64_t elements_of_unit(int u) const;
+  void for_each_bucket(int u, const std::function<void(Bucket&)>& fn);
   void record_reuse_distances();
   // The keep-or-free decision after a unit's forward: kept when the recorded order says it runs
   // again within max_reuse_distance elements and the units whole stay within max_live.

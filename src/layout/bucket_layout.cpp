@@ -8,7 +8,8 @@
 namespace zero::layout {
 
 BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, int64_t alignment,
-                           int64_t bucket_elements, const std::vector<int>& order, const std::vector<int>& groups)
+                           int64_t bucket_elements, const std::vector<int>& order, const std::vector<int>& groups,
+                           const ReplicaGroups& replicas)
     : world_size_(world_size), slots_(numels.size()) {
   if (world_size < 1 || alignment < 1 || bucket_elements < 1) {
     throw std::invalid_argument("BucketLayout: world_size, alignment and bucket_elements must be >= 1");
@@ -22,24 +23,36 @@ BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, i
     throw std::invalid_argument("BucketLayout: order must list every parameter once");
   if (!groups.empty() && groups.size() != numels.size())
     throw std::invalid_argument("BucketLayout: groups must give every parameter a group");
-  const int64_t quantum = static_cast<int64_t>(world_size) * alignment;
+  partitions_ = replicas.partitions.empty() ? std::vector<int>{world_size} : replicas.partitions;
+  if (partitions_[0] != world_size || (!replicas.of_param.empty() && replicas.of_param.size() != numels.size()))
+    throw std::invalid_argument("BucketLayout: replica group 0 has world_size partitions, and every parameter a group");
+  for (int n : partitions_)
+    if (n < 1) throw std::invalid_argument("BucketLayout: a replica group has >= 1 partitions");
   auto close = [&] {
     Bucket& b = buckets_.back();
+    const int64_t quantum = static_cast<int64_t>(b.partitions) * alignment;
     b.padded = (b.numel + quantum - 1) / quantum * quantum;
     if (b.padded == 0) b.padded = quantum;  // an all-empty bucket still has one quantum, so shards exist
-    b.shard = b.padded / world_size;
-    b.owned_offset = padded_ / world_size;
+    b.shard = b.padded / b.partitions;
+    b.owned_offset = owned_;
+    owned_ += b.shard;
     padded_ += b.padded;
   };
-  int previous_group = 0;
+  int previous_group = 0, previous_replicas = 0;
   for (int p : sequence) {
     const int64_t n = numels.at(static_cast<size_t>(p));
     const int group = groups.empty() ? 0 : groups[static_cast<size_t>(p)];
-    const bool new_group = !buckets_.empty() && group != previous_group;
+    const int replica_group = replicas.of_param.empty() ? 0 : replicas.of_param[static_cast<size_t>(p)];
+    if (replica_group < 0 || replica_group >= static_cast<int>(partitions_.size()))
+      throw std::invalid_argument("BucketLayout: a parameter's replica group does not exist");
+    const bool new_group = !buckets_.empty() && (group != previous_group || replica_group != previous_replicas);
     previous_group = group;
+    previous_replicas = replica_group;
     if (buckets_.empty() || new_group || (buckets_.back().numel > 0 && buckets_.back().numel + n > bucket_elements)) {
       if (!buckets_.empty()) close();
       buckets_.emplace_back();
+      buckets_.back().replica_group = replica_group;
+      buckets_.back().partitions = partitions_[static_cast<size_t>(replica_group)];
     }
     Bucket& b = buckets_.back();
     slots_[static_cast<size_t>(p)] = {static_cast<int>(buckets_.size() - 1), b.numel, n};
@@ -48,6 +61,10 @@ BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, i
     numel_ += n;
   }
   if (!buckets_.empty()) close();
+}
+
+bool BucketLayout::partitioned() const {
+  return std::any_of(partitions_.begin(), partitions_.end(), [](int n) { return n > 1; });
 }
 
 int64_t BucketLayout::owned_valid(int bucket, int rank) const {

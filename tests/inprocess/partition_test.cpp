@@ -46,7 +46,7 @@ std::vector<at::Tensor> train_one_step(const PartitionCase& c, zero::Communicato
   const int partitions = c.stage == 0 ? 1 : comm.size();
   FlatParams flat(params, partitions, 30);
   const int owner = flat.layout().owned_shard(comm.rank());
-  Partition partition(flat, comm, owner, c.stage >= 2);
+  Partition partition(flat, comm, {owner}, c.stage >= 2);
   zero::engine::ReducerOptions options;
   options.gradients = c.stage >= 2 ? zero::engine::ReducerOptions::Gradients::kStreamedIntoShards
                                    : zero::engine::ReducerOptions::Gradients::kInBucketBuffers;
@@ -121,7 +121,7 @@ TEST(Partition, StatesAndHomesAreNamedInOnePlace) {
   zero::comm_detail::run_on_threads(2, [&](int r) {
     std::vector<at::Tensor> params = {initial(0).requires_grad_(true), initial(1).requires_grad_(true)};
     FlatParams flat(params, 2, 30);
-    Partition partition(flat, *group[r], r, true);
+    Partition partition(flat, *group[r], {r}, true);
     zero::engine::ReducerOptions options;
     options.gradients = zero::engine::ReducerOptions::Gradients::kStreamedIntoShards;
     BucketGroup buckets(flat, *group[r], options, partition.gradient_home());

@@ -83,3 +83,44 @@ TEST(BucketLayout, GroupsNeverShareABucket) {
   EXPECT_EQ(layout.buckets()[2].padded, 56);  // a multiple of world_size × alignment
   EXPECT_THROW(BucketLayout({1, 2}, 1, 1, 10, {}, {0}), std::invalid_argument);
 }
+
+// Expert parallelism: experts (replica group 1) held alike by 2 ranks, dense weights by 4. A bucket
+// never mixes the groups; each is padded to and cut into its own group's partitions, and a rank's
+// owned buffer holds its shard of each, back to back.
+TEST(BucketLayout, ReplicaGroupsCutTheirBucketsIntoTheirOwnPartitions) {
+  // Parameters 0 and 3 dense, 1 and 2 experts; laid out 3, 2, 1, 0 with buckets of 100.
+  const zero::layout::ReplicaGroups replicas{.of_param = {0, 1, 1, 0}, .partitions = {4, 2}};
+  BucketLayout l({10, 6, 5, 7}, 4, 2, 100, {3, 2, 1, 0}, {}, replicas);
+  ASSERT_EQ(l.buckets().size(), 3u);  // {3} dense | {2, 1} experts | {0} dense
+  EXPECT_EQ(l.buckets()[0].replica_group, 0);
+  EXPECT_EQ(l.buckets()[0].padded, 8);  // 7 up to 4 × 2
+  EXPECT_EQ(l.buckets()[0].shard, 2);
+  EXPECT_EQ(l.buckets()[1].replica_group, 1);
+  EXPECT_EQ(l.buckets()[1].partitions, 2);
+  EXPECT_EQ(l.buckets()[1].padded, 12);  // 11 up to 2 × 2
+  EXPECT_EQ(l.buckets()[1].shard, 6);
+  EXPECT_EQ(l.buckets()[1].owned_offset, 2);
+  EXPECT_EQ(l.buckets()[2].owned_offset, 8);
+  EXPECT_EQ(l.buckets()[2].shard, 4);  // 10 up to 16, over 4
+  EXPECT_EQ(l.owned_numel(), 12);
+  EXPECT_TRUE(l.partitioned());
+  // Each group's shards cover its parameters once: dense over 4 ranks, experts over 2.
+  for (int p = 0; p < 4; ++p) {
+    const int ranks = p == 1 || p == 2 ? 2 : 4;
+    int64_t covered = 0;
+    for (int r = 0; r < ranks; ++r)
+      if (auto f = l.fragment(p, r)) covered += f->param_end - f->param_begin;
+    EXPECT_EQ(covered, l.slot(p).numel) << p;
+  }
+  // Rank 3 of the world is rank 1 of its expert-data-parallel group.
+  const auto expert = l.owned_fragment(1, {3, 1});
+  ASSERT_TRUE(expert);
+  EXPECT_EQ(expert->param_begin, 1);  // parameter 2 (5) first, then 1 (6): shard 1 starts at 6
+  EXPECT_EQ(expert->owned_offset, 2);
+  // Stage 0: one partition everywhere; not partitioned.
+  const BucketLayout whole({10, 6, 5, 7}, 1, 2, 100, {3, 2, 1, 0}, {}, {.of_param = {0, 1, 1, 0}, .partitions = {1, 1}});
+  EXPECT_FALSE(whole.partitioned());
+  EXPECT_EQ(whole.owned_numel(), whole.padded_numel());
+  EXPECT_THROW(BucketLayout({1, 2}, 2, 1, 8, {}, {}, {.of_param = {0, 2}, .partitions = {2, 1}}), std::invalid_argument);
+  EXPECT_THROW(BucketLayout({1, 2}, 2, 1, 8, {}, {}, {.of_param = {0, 1}, .partitions = {3, 1}}), std::invalid_argument);
+}
