@@ -117,12 +117,6 @@ class LlamaTrainable : public models::TrainableModel {
             .is_expert = is_expert_parameter};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
-    if (experts_) {
-      throw Error(fmt::format("exporting {} with expert parallelism (expert_parallel.autoep_size {}) is not built "
-                              "yet: each rank holds only its experts",
-                              path, experts_->expert_parallel.size()),
-                  "expert_parallel.autoep_size");
-    }
     write_hf_model(engine, model_, config_json_,
                    {.out_dir = path,
                     .source_dir = source_dir_,

@@ -178,6 +178,9 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     }
     replicas.partitions = {partitions, config.zero.stage == 0 ? 1 : s.expert_data_comm->size()};
     replica_comms.push_back(s.expert_data_comm.get());
+    s.is_expert = tensor_parallel.is_expert;
+    s.expert_view = engine::exchange_expert_view(s.comm, tensor_parallel.expert_parallel->communicator(),
+                                                 *s.expert_data_comm, s.param_names);
   }
   // reduce_bucket_size 0 is DeepSpeed's too: every parameter its own bucket.
   s.flat = std::make_unique<engine::FlatParams>(

@@ -77,10 +77,16 @@ std::vector<Engine::ParameterInfo> Engine::parameter_infos() const {
   const State& s = *state_;
   std::vector<ParameterInfo> out;
   for (const auto& bucket : s.flat->layout().buckets()) {
-    for (int p : bucket.params) {
-      const at::Tensor& param = s.flat->params()[static_cast<size_t>(p)];
-      out.push_back({s.param_names[static_cast<size_t>(p)], param.scalar_type(), param.sizes().vec(),
-                     static_cast<int64_t>(param.numel() * param.element_size())});
+    // Expert parallelism: an experts' bucket stands for every expert-parallel rank's experts.
+    const bool experts = s.expert_data_comm && bucket.replica_group == 1;
+    const int holders = experts ? static_cast<int>(s.expert_view.names.size()) : 1;
+    for (int e = 0; e < holders; ++e) {
+      for (int p : bucket.params) {
+        const at::Tensor& param = s.flat->params()[static_cast<size_t>(p)];
+        out.push_back({experts ? s.expert_view.names[static_cast<size_t>(e)][static_cast<size_t>(p)]
+                               : s.param_names[static_cast<size_t>(p)],
+                       param.scalar_type(), param.sizes().vec(), static_cast<int64_t>(param.numel() * param.element_size())});
+      }
     }
   }
   return out;
@@ -88,7 +94,6 @@ std::vector<Engine::ParameterInfo> Engine::parameter_infos() const {
 
 void Engine::visit_whole_parameters(const std::function<void(size_t, const at::Tensor&)>& fn,
                                     const std::function<void()>& finish, int on_rank, const std::string& what) {
-  refuse_with_experts(what);
   State& s = *state_;
   const int rank = s.world.rank();
   std::string error;
@@ -104,11 +109,27 @@ void Engine::visit_whole_parameters(const std::function<void(size_t, const at::T
   size_t index = 0;
   for (size_t i = 0; i < layout.buckets().size(); ++i) {
     if (s.stage3) s.buckets->bucket(static_cast<int>(i)).gather();  // collective: every rank, even if one failed
-    attempt([&] {
-      size_t k = index;
-      for (int p : layout.buckets()[i].params) fn(k++, s.flat->params()[static_cast<size_t>(p)].contiguous());
-    });
-    index += layout.buckets()[i].params.size();
+    const std::vector<int>& params = layout.buckets()[i].params;
+    if (s.expert_data_comm && layout.buckets()[i].replica_group == 1) {
+      // Experts: each expert-parallel rank's in turn, broadcast over the expert-parallel groups.
+      Communicator& group = s.expert_parallel->communicator();
+      const at::Tensor& mine = s.flat->buffer(static_cast<int>(i));
+      for (int e = 0; e < group.size(); ++e) {
+        const at::Tensor held = e == group.rank() ? mine : at::empty_like(mine);
+        group.broadcast(held, e, {.async = false});
+        attempt([&] {
+          size_t k = index;
+          for (int p : params) fn(k++, s.flat->view_of(held, p).contiguous());
+        });
+        index += params.size();
+      }
+    } else {
+      attempt([&] {
+        size_t k = index;
+        for (int p : params) fn(k++, s.flat->params()[static_cast<size_t>(p)].contiguous());
+      });
+      index += params.size();
+    }
     if (s.stage3) s.buckets->release_all();
   }
   if (finish) attempt(finish);
@@ -116,7 +137,6 @@ void Engine::visit_whole_parameters(const std::function<void(size_t, const at::T
 }
 
 bool Engine::save_16bit_model(const std::string& dir, const std::string& file) {
-  refuse_with_experts("save_16bit_model");
   State& s = *state_;
   const int rank = s.world.rank();
   if (s.stage3 && !s.config.zero.stage3_gather_16bit_weights_on_model_save) {

@@ -3,11 +3,13 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/bucket.h"
+#include "engine/expert_view.h"
 #include "engine/flat_params.h"
 #include "engine/parameter_slices.h"
 #include "engine/partition.h"
@@ -53,6 +55,8 @@ struct Engine::State {
   World* expert_parallel = nullptr;
   std::unique_ptr<CountingCommunicator> expert_data_comm;
   std::vector<int> expert_params;
+  std::function<bool(const std::string&)> is_expert;
+  engine::ExpertView expert_view;  // the whole model's parameters: every expert-parallel rank's
   std::vector<int> replicated_params;
   std::vector<engine::ParameterSlice> slices;
   torch::nn::Module* model = nullptr;
