@@ -91,7 +91,6 @@ bool crash_requested(int rank) {
 std::string Engine::save_checkpoint(const std::string& dir, const std::string& requested_tag,
                                     const std::string& client_state) {
   State& s = *state_;
-  refuse_with_experts("save_checkpoint");
   const std::string tag = requested_tag.empty() ? "global_step" + std::to_string(s.global_steps) : requested_tag;
   check_tag(tag);
   if (s.pipeline) {
@@ -170,12 +169,26 @@ void Engine::save_partitions(const std::string& dir, const std::string& tag, con
   }
   agree(s.comm, error, rank, "save_checkpoint");
 
-  // Stage 0: every rank holds the same state, rank 0 writes it.
-  const int partitions = s.flat->layout().world_size();
+  // Stage 0: every rank holds the same state, rank 0 writes it; with expert parallelism the first
+  // rank of each expert-data-parallel group too, for its experts. Partitioned, every rank writes
+  // its shards.
+  const layout::BucketLayout& layout = s.flat->layout();
+  const bool experts = s.expert_data_comm != nullptr;
+  // Whether world rank r lists the fragments of replica group g's buckets: its rank in the group
+  // names one of their shards (with one partition, only the group's first rank).
+  auto lists = [&](int r, int g) {
+    const int in_group = g == 0 ? r : s.expert_view.expert_data_rank_of[static_cast<size_t>(r)];
+    return in_group < layout.partitions_of(g);
+  };
+  auto writes = [&](int r) {
+    for (int g = 0; g < layout.replica_groups(); ++g)
+      if (lists(r, g)) return true;
+    return false;
+  };
   const std::vector<std::string> kinds = s.partition->state_names();
   checkpoint::FileDigest digest, rng_digest;
   try {
-    if (partitions > 1 || rank == 0) {
+    if (writes(rank)) {
       checkpoint::HashingWriter writer((partial / shard_file_name(rank)).string());
       const bool crash = crash_requested(rank);
       for (size_t k = 0; k < kinds.size(); ++k) {  // in memory or streamed from NVMe
@@ -222,17 +235,34 @@ void Engine::save_partitions(const std::string& dir, const std::string& tag, con
       for (const ConfigValue& v : s.config.values()) m.config.emplace_back(v.path, v.value);
       m.layout.kinds = kinds;
       if (s.flat->dtype() != at::kFloat) m.params16 = std::string(c10::toString(s.flat->dtype()));
-      for (size_t i = 0; i < s.flat->params().size(); ++i)
-        m.layout.params.push_back({s.param_names[i], s.flat->params()[i].sizes().vec()});
-      for (int r = 0; r < (partitions > 1 ? partitions : 1); ++r) {
+      // The parameters: ours, or with expert parallelism the whole model's — the dense ones once
+      // and every expert-parallel rank's experts (ExpertView), so that any layout finds its own.
+      const size_t holders = experts ? s.expert_view.names.size() : 1;
+      auto name_of = [&](size_t expert_rank, size_t i) -> const std::string& {
+        return experts ? s.expert_view.names[expert_rank][i] : s.param_names[i];
+      };
+      std::map<std::string, int> index_of;
+      for (size_t e = 0; e < holders; ++e) {
+        for (size_t i = 0; i < s.flat->params().size(); ++i) {
+          if (index_of.emplace(name_of(e, i), static_cast<int>(m.layout.params.size())).second)
+            m.layout.params.push_back({name_of(e, i), s.flat->params()[i].sizes().vec()});
+        }
+      }
+      for (int r = 0; r < s.world.size(); ++r) {
+        if (!writes(r)) continue;
         checkpoint::ManifestShard shard;
         shard.rank = r;
         shard.bytes = static_cast<uint64_t>(all[4 * r].item<int64_t>());
         shard.xxh3 = static_cast<uint64_t>(all[4 * r + 1].item<int64_t>());
-        shard.owned_numel = s.flat->layout().owned_numel();
+        shard.owned_numel = layout.owned_numel();
+        const size_t expert_rank = experts ? static_cast<size_t>(s.expert_view.expert_rank_of[static_cast<size_t>(r)]) : 0;
         for (int i = 0; i < static_cast<int>(s.flat->params().size()); ++i) {
-          if (auto fr = s.flat->layout().fragment(i, r))
-            shard.fragments.push_back({i, fr->param_begin, fr->param_end, fr->owned_offset});
+          const int g = layout.buckets()[static_cast<size_t>(layout.slot(i).bucket)].replica_group;
+          if (!lists(r, g)) continue;
+          const int in_group = g == 0 ? r : s.expert_view.expert_data_rank_of[static_cast<size_t>(r)];
+          if (auto fr = layout.fragment(i, layout.owned_shard(g, in_group)))
+            shard.fragments.push_back({index_of.at(name_of(expert_rank, static_cast<size_t>(i))), fr->param_begin,
+                                       fr->param_end, fr->owned_offset});
         }
         m.layout.shards.push_back(std::move(shard));
       }
@@ -281,7 +311,6 @@ std::vector<int64_t> with_size(std::vector<int64_t> shape, int dim, int64_t size
 
 std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& options) {
   State& s = *state_;
-  refuse_with_experts("load_checkpoint");
   const int rank = s.world.rank();
   if (!options.tag.empty()) check_tag(options.tag);
   std::unique_ptr<checkpoint::StagedCheckpoint> saved;  // every stage's parts (one stage: the whole model's)
@@ -320,8 +349,9 @@ std::string Engine::load_checkpoint(const std::string& dir, const LoadOptions& o
       if (source_of[i].second < 0) missing.push_back(s.param_names[i]);
     }
     if (!s.pipeline) {
+      // (With expert parallelism the other ranks' experts are not unexpected.)
       for (const std::string& name : saved->names())
-        if (!ours.count(name)) unexpected.push_back(name);
+        if (!ours.count(name) && !(s.expert_data_comm && s.is_expert(name))) unexpected.push_back(name);
     }
     if (options.strict && (!missing.empty() || !unexpected.empty())) {
       std::string list;

@@ -11,10 +11,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 
+#include "checkpoint/consolidate.h"
+#include "checkpoint/parts.h"
 #include "checkpoint/safetensors_reader.h"
+#include "models/llama/hf_sink.h"
 #include "models/llama/hf_model_dir.h"
 #include "models/llama/llama.h"
 #include "tests/dist/dist_test_world.h"
@@ -32,11 +36,11 @@ constexpr int kParts = 4;  // each step's data-parallel ranks x micro-batches, a
 bool divides_parts() { return kParts % test_world().size() == 0; }
 
 TrainerOptions moe_options(const std::string& name, int stage, const std::string& optimizer,
-                           const std::string& extra = "") {
+                           const std::string& extra = "", int ranks = test_world().size()) {
   TrainerOptions o = options(name, stage, optimizer, 10);
   o.config_text = config(stage, optimizer,
                          R"("train_micro_batch_size_per_gpu": )" + std::to_string(kRows / kParts) +
-                             R"(, "gradient_accumulation_steps": )" + std::to_string(kParts / test_world().size()) +
+                             R"(, "gradient_accumulation_steps": )" + std::to_string(kParts / ranks) +
                              (extra.empty() ? "" : ", " + extra));
   return o;
 }
@@ -232,13 +236,6 @@ TEST_F(LlamaCases, MoeRefusalsNameTheKey) {
   const auto expert_parallel = [](const std::string& name, const std::string& block) {
     return refusal(moe_options(name, 2, "sgd", R"("expert_parallel": )" + block));
   };
-  // Expert parallelism trains; what needs every expert in one place is not built yet with it.
-  Scratch scratch;
-  TrainerOptions saved = moe_options("mixtral_moe", 2, "sgd", expert_parallel_block(2));
-  saved.steps = 1;
-  saved.save_dir = (scratch.root / "checkpoints").string();
-  EXPECT_NE(refusal(saved).find("save_checkpoint with expert parallelism (expert_parallel.autoep_size 2) is not built yet"),
-            std::string::npos);
   EXPECT_NE(expert_parallel("mixtral_moe", R"({"enabled": true, "autoep_size": 3})")
                 .find("expert_parallel.autoep_size: 3 does not divide the 2 data-parallel ranks"),
             std::string::npos);
@@ -287,4 +284,50 @@ TEST_F(LlamaCases, ExpertParallelLayersEqualTheWholeModel) {
         << item.key();
   }
   EXPECT_EQ(experts_seen, 2 /*layers*/ * 3 /*w1 w2 w3*/ * (4 / n)) << "this rank's share of the experts";
+}
+
+// Checkpoints with expert parallelism name every expert as the whole model does (each rank writes
+// its shards of its experts; the manifest lists every rank's), so they resume at any layout: saved
+// at EP 2 on 4 ranks (stage 2, AdamW: the moments come back too), resumed at EP 4 on the 4 ranks,
+// and at EP 1 and EP 2 on 2 ranks (each half of the job a world of its own, with its own copy):
+// the next losses are the unbroken run's. zero-ckpt consolidate --format hf of it is the export of
+// the same weights, bit for bit.
+TEST_F(LlamaCases, ExpertParallelCheckpointsResumeAtAnyLayout) {
+  if (test_world().size() != 4) GTEST_SKIP() << "at 4 ranks";
+  Scratch scratch;
+  const std::string saved = (scratch.root / "saved").string();
+  TrainerOptions first = moe_options("mixtral_moe", 2, "adamw", expert_parallel_block(2));
+  const std::vector<double> unbroken = losses(train_model(first, test_world(), nullptr));
+  first.steps = 4;
+  first.save_dir = saved;
+  first.export_path = (scratch.root / "exported").string();
+  train_model(first, test_world(), nullptr);
+  test_world().communicator().barrier({.async = false});
+  if (test_world().rank() == 0) {
+    [&] {  // (a failed assertion leaves the lambda, not the test: the other ranks wait below)
+      const std::string consolidated = (scratch.root / "consolidated").string();
+      zero::checkpoint::StagedCheckpoint reader(saved);
+      zero::checkpoint::consolidate(reader, *zero::llama::hf_sink(consolidated, "", 0));
+      expect_same_weights(first.export_path, consolidated, "consolidated at EP 2");
+    }();
+  }
+  const auto resume = [&](int ep, zero::World& world, const std::string& copy) {
+    world.communicator().barrier({.async = false});
+    if (world.rank() == 0) std::filesystem::copy(saved, copy, std::filesystem::copy_options::recursive);
+    world.communicator().barrier({.async = false});
+    TrainerOptions next = moe_options("mixtral_moe", 2, "adamw", ep > 1 ? expert_parallel_block(ep) : "", world.size());
+    next.save_dir = copy;
+    next.resume = true;
+    const std::vector<double> resumed = losses(train_model(next, world, nullptr));
+    ASSERT_EQ(resumed.size(), 6u) << "steps 5 to 10";
+    for (size_t i = 0; i < resumed.size(); ++i)
+      EXPECT_NEAR(resumed[i], unbroken[i + 4], 1e-6)
+          << "saved at EP 2 on 4 ranks, resumed at EP " << ep << " on " << world.size() << " ranks, step " << i + 5;
+  };
+  resume(4, test_world(), (scratch.root / "resume_ep4").string());
+  zero::World half = test_world().split(test_world().rank() / 2);
+  for (int ep : {1, 2}) {
+    resume(ep, half, (scratch.root / ("resume_ep" + std::to_string(ep) + "_half" + std::to_string(test_world().rank() / 2))).string());
+  }
+  test_world().communicator().barrier({.async = false});
 }
