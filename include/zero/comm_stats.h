@@ -76,6 +76,10 @@ class CountingCommunicator : public Communicator {
   std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root, const CollectiveOptions& options = {}) override;
   std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
                                    const CollectiveOptions& options = {}) override;
+  // Counted as an all-to-all of the elements this rank sends (bus bytes: those to other ranks).
+  std::shared_ptr<Work> all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                                     const at::Tensor& output, const std::vector<int64_t>& receive_counts,
+                                     const CollectiveOptions& options = {}) override;
   std::shared_ptr<Work> barrier(const CollectiveOptions& options = {}) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
@@ -85,6 +89,9 @@ class CountingCommunicator : public Communicator {
   std::shared_ptr<Work> timed(CollectiveOp op, bool blocking, const at::Tensor* message, double bus_factor,
                               const std::function<std::shared_ptr<Work>()>& launch, int quantize_bits = 0,
                               int chunks = 1);
+  // The same with the counts given: elements and bytes of the message, bytes sent to other ranks.
+  std::shared_ptr<Work> timed_exactly(CollectiveOp op, bool blocking, int64_t elements, int64_t bytes, double bus_bytes,
+                                      const std::function<std::shared_ptr<Work>()>& launch);
 
   std::unique_ptr<Communicator> owned_;
   Communicator* inner_;

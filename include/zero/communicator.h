@@ -102,6 +102,15 @@ class Communicator {
   // input and output hold size() equal chunks: chunk j of rank i's input lands in chunk i of rank j's output.
   virtual std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
                                            const CollectiveOptions& options = {}) = 0;
+  // Variable counts (MPI's alltoallv; expert parallelism's exchange): rank i sends the next
+  // send_counts[j] elements of `input` (rank by rank, back to back) to rank j, and receives
+  // receive_counts[j] elements from rank j into `output`, rank by rank. The counts must match
+  // pairwise (the caller exchanged them first). This default sends them through all_to_all, each
+  // pair's chunk padded to the largest count of any pair (one all-reduce agrees on it); MPI sends
+  // the elements alone.
+  virtual std::shared_ptr<Work> all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                                             const at::Tensor& output, const std::vector<int64_t>& receive_counts,
+                                             const CollectiveOptions& options = {});
   virtual std::shared_ptr<Work> barrier(const CollectiveOptions& options = {}) = 0;
 
   // Collective over this group: ranks passing the same color form a new communicator, ordered by

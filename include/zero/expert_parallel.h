@@ -8,9 +8,8 @@
 //
 // `rows` is [n, ...] with its first send_counts[0] rows for rank 0, the next send_counts[1] for
 // rank 1, and so on; the result holds what every rank sent here, in rank order. The counts go
-// first (every rank then knows every pair's), then the rows in one all-to-all whose chunks are
-// padded to the largest count any pair sends — so the bytes on the wire are size × that count ×
-// the row's bytes, not the rows alone.
+// first (every rank then knows every pair's), then the rows in one all-to-all with variable counts
+// (Communicator::all_to_all_v: MPI_Alltoallv, the rows alone on the wire).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -57,7 +57,12 @@ std::shared_ptr<Work> CountingCommunicator::timed(CollectiveOp op, bool blocking
   const int64_t elements = message ? message->numel() : 0;
   int64_t bytes = message ? static_cast<int64_t>(message->nbytes()) : 0;
   if (quantize_bits == 4 || quantize_bits == 8) bytes = chunks * comm_detail::quantized_bytes(elements / chunks, quantize_bits);
-  const double bus_bytes = bus_factor * static_cast<double>(bytes);
+  return timed_exactly(op, blocking, elements, bytes, bus_factor * static_cast<double>(bytes), launch);
+}
+
+std::shared_ptr<Work> CountingCommunicator::timed_exactly(CollectiveOp op, bool blocking, int64_t elements,
+                                                          int64_t bytes, double bus_bytes,
+                                                          const std::function<std::shared_ptr<Work>()>& launch) {
   stats_->add(op, elements, bytes, bus_bytes);
   // Note: the clock starts before the backend call, so the time covers the launch (and the
   // consistency check) as well as the transfer.
@@ -101,6 +106,17 @@ std::shared_ptr<Work> CountingCommunicator::all_to_all(const at::Tensor& input, 
   const double n = size();
   return timed(CollectiveOp::kAllToAll, !options.async, &input, (n - 1) / n,
                [&] { return inner_->all_to_all(input, output, options); });
+}
+
+std::shared_ptr<Work> CountingCommunicator::all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                                                         const at::Tensor& output,
+                                                         const std::vector<int64_t>& receive_counts,
+                                                         const CollectiveOptions& options) {
+  const int64_t own = rank() < static_cast<int>(send_counts.size()) ? send_counts[static_cast<size_t>(rank())] : 0;
+  const int64_t bytes = static_cast<int64_t>(input.nbytes());
+  return timed_exactly(CollectiveOp::kAllToAll, !options.async, input.numel(), bytes,
+                       static_cast<double>(bytes - own * static_cast<int64_t>(input.element_size())),
+                       [&] { return inner_->all_to_all_v(input, send_counts, output, receive_counts, options); });
 }
 
 std::shared_ptr<Work> CountingCommunicator::barrier(const CollectiveOptions& options) {

@@ -1,5 +1,7 @@
 #include "comm/hierarchical_communicator.h"
 
+#include "comm/all_to_all_v.h"
+
 #include <ATen/ATen.h>
 #include <fmt/core.h>
 
@@ -356,6 +358,39 @@ std::shared_ptr<Work> HierarchicalCommunicator::all_to_all(const at::Tensor& inp
                                  },
                                  [=, me = rank()]() mutable { row(receive, me).copy_(row(send, me)); }});
   return start("all_to_all", options, std::move(stages), {input, output, send});
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::all_to_all_v(const at::Tensor& input,
+                                                             const std::vector<int64_t>& send_counts,
+                                                             const at::Tensor& output,
+                                                             const std::vector<int64_t>& receive_counts,
+                                                             const CollectiveOptions& options) {
+  // Straight to each peer, as all_to_all: what crosses nodes is exactly the elements sent there.
+  flat_->validate(
+      CollectiveOp::kAllToAll, [&] { check_all_to_all_v(*this, input, send_counts, output, receive_counts); }, &input,
+      0, 1);
+  const at::Tensor send = overlaps(input, output) ? input.clone() : input;
+  std::vector<int64_t> send_offsets, receive_offsets;
+  for (int64_t r = 0, s = 0, t = 0; r < size(); ++r) {
+    send_offsets.push_back(s);
+    receive_offsets.push_back(t);
+    s += send_counts[static_cast<size_t>(r)];
+    t += receive_counts[static_cast<size_t>(r)];
+  }
+  std::vector<ExchangeStage> stages;
+  stages.push_back(ExchangeStage{
+      [=, me = rank(), n = size()](std::vector<Message>& sends, std::vector<Message>& receives) {
+        for (int r = 0; r < n; ++r) {
+          if (r == me) continue;
+          const size_t k = static_cast<size_t>(r);
+          if (send_counts[k] > 0) sends.push_back({r, send.narrow(0, send_offsets[k], send_counts[k])});
+          if (receive_counts[k] > 0) receives.push_back({r, output.narrow(0, receive_offsets[k], receive_counts[k])});
+        }
+      },
+      [=, me = static_cast<size_t>(rank())]() mutable {
+        output.narrow(0, receive_offsets[me], receive_counts[me]).copy_(send.narrow(0, send_offsets[me], send_counts[me]));
+      }});
+  return start("all_to_all_v", options, std::move(stages), {input, output, send});
 }
 
 std::shared_ptr<Work> HierarchicalCommunicator::barrier(const CollectiveOptions& options) {

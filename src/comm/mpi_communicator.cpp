@@ -1,5 +1,7 @@
 #include "comm/mpi_communicator.h"
 
+#include "comm/all_to_all_v.h"
+
 #include <ATen/ATen.h>
 #include <fmt/core.h>
 
@@ -359,6 +361,42 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all(const at::Tensor& input, const
       },
       [=, comm = comm_] { return MPI_Alltoall(send.data_ptr(), count, type, output.data_ptr(), count, type, comm); },
       {send, output});
+}
+
+std::shared_ptr<Work> MpiCommunicator::all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                                                    const at::Tensor& output, const std::vector<int64_t>& receive_counts,
+                                                    const CollectiveOptions& options) {
+  // (The counts differ per rank: the consistency check compares the call and the dtype only.)
+  validate(
+      CollectiveOp::kAllToAll, [&] { check_all_to_all_v(*this, input, send_counts, output, receive_counts); }, &input, 0,
+      1);
+  // Counts and displacements in one int tensor kept alive with the call (MPI reads them until the
+  // non-blocking call completes).
+  at::Tensor layout = at::empty({4 * size_}, at::kInt);
+  int* counts = layout.data_ptr<int>();
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = mpi_count(send_counts[static_cast<size_t>(r)], CollectiveOp::kAllToAll, rank_);
+    counts[size_ + r] = mpi_count(sent, CollectiveOp::kAllToAll, rank_);
+    counts[2 * size_ + r] = mpi_count(receive_counts[static_cast<size_t>(r)], CollectiveOp::kAllToAll, rank_);
+    counts[3 * size_ + r] = mpi_count(received, CollectiveOp::kAllToAll, rank_);
+    sent += send_counts[static_cast<size_t>(r)];
+    received += receive_counts[static_cast<size_t>(r)];
+  }
+  at::Tensor send = overlaps(input, output) ? input.clone() : input;
+  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const int n = size_;
+  return launch(
+      "all_to_all_v", options,
+      [=, comm = comm_](MPI_Request* r) {
+        const int* c = layout.data_ptr<int>();
+        return MPI_Ialltoallv(send.data_ptr(), c, c + n, type, output.data_ptr(), c + 2 * n, c + 3 * n, type, comm, r);
+      },
+      [=, comm = comm_] {
+        const int* c = layout.data_ptr<int>();
+        return MPI_Alltoallv(send.data_ptr(), c, c + n, type, output.data_ptr(), c + 2 * n, c + 3 * n, type, comm);
+      },
+      {send, output, layout});
 }
 
 std::shared_ptr<Work> MpiCommunicator::barrier(const CollectiveOptions& options) {

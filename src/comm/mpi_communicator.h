@@ -43,6 +43,9 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<Work> broadcast(const at::Tensor& tensor, int root, const CollectiveOptions& options) override;
   std::shared_ptr<Work> all_to_all(const at::Tensor& input, const at::Tensor& output,
                                    const CollectiveOptions& options) override;
+  std::shared_ptr<Work> all_to_all_v(const at::Tensor& input, const std::vector<int64_t>& send_counts,
+                                     const at::Tensor& output, const std::vector<int64_t>& receive_counts,
+                                     const CollectiveOptions& options) override;
   std::shared_ptr<Work> barrier(const CollectiveOptions& options) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 

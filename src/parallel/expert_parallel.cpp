@@ -17,45 +17,41 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The rows in counts per pair, through one equal all-to-all: each pair's rows padded to `chunk`.
-at::Tensor padded_all_to_all(Communicator& group, const at::Tensor& rows, const std::vector<int64_t>& send_counts,
-                             const std::vector<int64_t>& receive_counts, int64_t chunk) {
-  const int n = group.size();
-  std::vector<int64_t> row_shape = rows.sizes().vec();
-  row_shape.erase(row_shape.begin());
-  std::vector<int64_t> padded_shape{n * chunk};
-  padded_shape.insert(padded_shape.end(), row_shape.begin(), row_shape.end());
-  at::Tensor send = at::zeros(padded_shape, rows.options());
-  int64_t from = 0;
-  for (int r = 0; r < n; ++r) {
-    const int64_t count = send_counts[static_cast<size_t>(r)];
-    if (count > 0) send.narrow(0, r * chunk, count).copy_(rows.narrow(0, from, count));
-    from += count;
+// The rows in counts per pair, through one all-to-all with variable counts (elements per pair:
+// rows × the row's elements).
+at::Tensor exchange(Communicator& group, const at::Tensor& rows, const std::vector<int64_t>& send_counts,
+                    const std::vector<int64_t>& receive_counts) {
+  std::vector<int64_t> shape = rows.sizes().vec();
+  // (A rank may send no row at all: the row's size from the shape, never from a row.)
+  int64_t row = 1;
+  for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+  int64_t received = 0;
+  std::vector<int64_t> send_elements, receive_elements;
+  for (int64_t c : send_counts) send_elements.push_back(c * row);
+  for (int64_t c : receive_counts) {
+    receive_elements.push_back(c * row);
+    received += c;
   }
-  at::Tensor received = at::empty(padded_shape, rows.options());
-  group.all_to_all(send, received, {.async = false});
-  std::vector<at::Tensor> parts;
-  for (int r = 0; r < n; ++r) parts.push_back(received.narrow(0, r * chunk, receive_counts[static_cast<size_t>(r)]));
-  return at::cat(parts, 0);
+  shape[0] = received;
+  at::Tensor out = at::empty(shape, rows.options());
+  group.all_to_all_v(rows.contiguous().view(-1), send_elements, out.view(-1), receive_elements, {.async = false});
+  return out;
 }
 
 struct ExchangeRows : torch::autograd::Function<ExchangeRows> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, int64_t group_address,
-                            std::vector<int64_t> send_counts, std::vector<int64_t> receive_counts, int64_t chunk) {
+                            std::vector<int64_t> send_counts, std::vector<int64_t> receive_counts) {
     ctx->saved_data["group"] = group_address;
     ctx->saved_data["send"] = send_counts;
     ctx->saved_data["receive"] = receive_counts;
-    ctx->saved_data["chunk"] = chunk;
-    return padded_all_to_all(*reinterpret_cast<Communicator*>(group_address), rows.contiguous(), send_counts,
-                             receive_counts, chunk);
+    return exchange(*reinterpret_cast<Communicator*>(group_address), rows, send_counts, receive_counts);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Communicator& group = *reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
     const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector(),
                                receive = ctx->saved_data["receive"].toIntVector();
-    // Back the way the rows came: what was received is sent, in the same chunks.
-    return {padded_all_to_all(group, grads[0].contiguous(), receive, send, ctx->saved_data["chunk"].toInt()),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    // Back the way the rows came: what was received is sent, in the same counts.
+    return {exchange(group, grads[0], receive, send), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -85,14 +81,7 @@ at::Tensor exchange_rows(Communicator& group, const at::Tensor& rows, const std:
                             std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0})),
                 "expert_parallel");
   }
-  // Every rank pads to the same chunk: the largest count of any pair (one all-reduce).
-  int64_t largest = 0;
-  for (int64_t c : send_counts) largest = std::max(largest, c);
-  for (int64_t c : receive_counts) largest = std::max(largest, c);
-  at::Tensor chunk = at::full({1}, largest, at::kLong);
-  group.all_reduce(chunk, ReduceOp::kMax, {.async = false});
-  return ExchangeRows::apply(rows, reinterpret_cast<int64_t>(&group), send_counts, receive_counts,
-                             std::max<int64_t>(1, chunk.item<int64_t>()));
+  return ExchangeRows::apply(rows, reinterpret_cast<int64_t>(&group), send_counts, receive_counts);
 }
 
 }  // namespace zero::expert_parallel

@@ -300,6 +300,33 @@ TEST(Collectives, AllToAll) {
   }
 }
 
+// Variable counts: rank i sends (i + j) % 3 elements to rank j — none to some — its values
+// i·100 + j·10 + k, and the default (padded) path of the base class gives the same.
+TEST(Collectives, AllToAllWithVariableCounts) {
+  const int rank = comm().rank(), size = comm().size();
+  const auto count = [](int from, int to) { return static_cast<int64_t>((from + to) % 3); };
+  std::vector<int64_t> send_counts, receive_counts;
+  std::vector<float> values, expected;
+  for (int j = 0; j < size; ++j) {
+    send_counts.push_back(count(rank, j));
+    receive_counts.push_back(count(j, rank));
+    for (int64_t k = 0; k < count(rank, j); ++k) values.push_back(static_cast<float>(rank * 100 + j * 10 + k));
+    for (int64_t k = 0; k < count(j, rank); ++k) expected.push_back(static_cast<float>(j * 100 + rank * 10 + k));
+  }
+  const at::Tensor input = torch::tensor(values, torch::kFloat), want = torch::tensor(expected, torch::kFloat);
+  for (const auto& mode : kModes) {
+    at::Tensor output = torch::full({static_cast<int64_t>(expected.size())}, -1.0f);
+    comm().all_to_all_v(input, send_counts, output, receive_counts, mode)->wait();
+    EXPECT_TRUE(output.equal(want)) << output;
+    at::Tensor padded = torch::full_like(output, -1.0f);
+    comm().zero::Communicator::all_to_all_v(input, send_counts, padded, receive_counts, mode)->wait();
+    EXPECT_TRUE(padded.equal(want)) << padded;
+  }
+  // Counts that do not add up to the tensors: an error naming the numbers, on every rank.
+  at::Tensor wrong = torch::empty({static_cast<int64_t>(expected.size()) + 1});
+  EXPECT_THROW(comm().all_to_all_v(input, send_counts, wrong, receive_counts)->wait(), zero::Error);
+}
+
 TEST(Collectives, BarrierAndTest) {
   auto work = comm().barrier();
   while (!work->test()) {
@@ -531,4 +558,18 @@ TEST(Collectives, InterNodeBytesAreExact) {
   // All-to-all: chunk j straight to rank j.
   at::Tensor from = contribution(world.rank(), 6 * n, at::kFloat), to = torch::empty({6 * n}, torch::kFloat);
   EXPECT_EQ(sent([&] { c.all_to_all(from, to)->wait(); }), static_cast<int64_t>(off_node) * 6 * 4);
+  // With variable counts (expert parallelism's exchange): exactly the elements sent off the node,
+  // here 1 + (this rank + peer) % 4 to each peer.
+  std::vector<int64_t> out_counts, in_counts;
+  int64_t off_node_elements = 0, outgoing = 0, incoming = 0;
+  for (int r = 0; r < n; ++r) {
+    out_counts.push_back(1 + (world.rank() + r) % 4);
+    in_counts.push_back(1 + (r + world.rank()) % 4);
+    outgoing += out_counts.back();
+    incoming += in_counts.back();
+    if (world.node_of(r) != world.node()) off_node_elements += out_counts.back();
+  }
+  at::Tensor rows = torch::ones({outgoing}), landed = torch::empty({incoming});
+  EXPECT_EQ(sent([&] { c.all_to_all_v(rows, out_counts, landed, in_counts)->wait(); }), off_node_elements * 4);
+  EXPECT_TRUE(landed.equal(torch::ones({incoming})));
 }

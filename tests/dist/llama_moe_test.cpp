@@ -21,8 +21,11 @@
 #include "models/llama/hf_sink.h"
 #include "models/llama/hf_model_dir.h"
 #include "models/llama/llama.h"
+#include "models/llama/llama_moe.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
+#include "zero/comm_stats.h"
+#include "zero/expert_parallel.h"
 #include "zero/world.h"
 
 using namespace llama_cases;
@@ -258,8 +261,11 @@ TEST_F(LlamaCases, ExpertParallelLayersEqualTheWholeModel) {
   if (n != 2 && n != 4) GTEST_SKIP() << "at 2 and 4 ranks";
   const zero::llama::HfModel hf = zero::llama::open_hf_model((cases_dir() / "mixtral_moe" / "model").string());
   zero::llama::LlamaForCausalLM whole(hf.config, *zero::llama::file_weights(hf));
+  // The exchange's collectives counted (as zero-train counts them: docs/moe.md).
+  auto stats = std::make_shared<zero::CommStats>();
+  zero::CountingCommunicator exchange(test_world().communicator(), stats);
   zero::llama::LlamaForCausalLM split(hf.config, *zero::llama::file_weights(hf), at::kFloat, {}, {},
-                                      {.group = &test_world().communicator(), .rank = test_world().rank(), .size = n});
+                                      {.group = &exchange, .rank = test_world().rank(), .size = n});
   torch::manual_seed(static_cast<uint64_t>(test_world().rank()) + 1);  // each rank its own rows
   const at::Tensor tokens = torch::randint(0, hf.config.vocab_size, {3, kSeq + 1}, torch::kLong);
   const at::Tensor x = tokens.narrow(1, 0, kSeq), y = tokens.narrow(1, 1, kSeq);
@@ -284,6 +290,25 @@ TEST_F(LlamaCases, ExpertParallelLayersEqualTheWholeModel) {
         << item.key();
   }
   EXPECT_EQ(experts_seen, 2 /*layers*/ * 3 /*w1 w2 w3*/ * (4 / n)) << "this rank's share of the experts";
+  // The bytes, exactly: per MoE layer the rows this rank routes to other ranks' experts (A) go
+  // out and come back (B: the rows the others route to its experts, returned), in forward and
+  // again in backward: 2 (A + B) rows of hidden_size floats to other ranks; MPI_Alltoallv sends
+  // nothing else (no padding).
+  const int64_t mine = 4 / n, first = test_world().rank() * mine;
+  int64_t rows = 0;
+  for (const auto& layer : split.model->layers) {
+    const at::Tensor counts = layer->block->moe->tokens_per_expert.contiguous();  // this rank's tokens per expert
+    const at::Tensor all = zero::expert_parallel::all_gather_counts(test_world().communicator(), counts);  // [ranks, experts]
+    for (int64_t e = 0; e < 4; ++e) {
+      const bool here = e >= first && e < first + mine;
+      if (!here) rows += counts[e].item<int64_t>();  // A: out to the expert's rank
+      for (int r = 0; r < n; ++r)
+        if (here && r != test_world().rank()) rows += all[r][e].item<int64_t>();  // B: in from rank r, sent back
+    }
+  }
+  EXPECT_GT(rows, 0);
+  EXPECT_EQ(stats->total(zero::CollectiveOp::kAllToAll).bus_bytes, static_cast<double>(2 * rows * hf.config.hidden_size * 4));
+  EXPECT_EQ(stats->total(zero::CollectiveOp::kAllToAll).calls, 2 /*layers*/ * 4);
 }
 
 // Checkpoints with expert parallelism name every expert as the whole model does (each rank writes
