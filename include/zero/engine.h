@@ -129,6 +129,9 @@ struct ModelParallelOptions {
   World* expert_parallel = nullptr;
   World* expert_data_parallel = nullptr;
   std::function<bool(const std::string& name)> is_expert;
+  // The exchange's collectives as the model's MoE layers make them: the comms logger prints them
+  // as the expert-parallel group's. Null: not counted.
+  CommStats* expert_stats = nullptr;
 };
 
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).

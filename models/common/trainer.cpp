@@ -493,6 +493,15 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
     }
     report.line("zero-train: tokens per expert over the run, all ranks: " + fmt::format("{}", fmt::join(lines, "; ")));
   }
+  if (const CommStats* exchange = model.model_parallel().expert_stats) {
+    result.expert_parallel_all_to_all = exchange->total(CollectiveOp::kAllToAll);
+    if (const int64_t steps = options.steps - start_step; steps > 0) {
+      const OpStats& a = result.expert_parallel_all_to_all;
+      report.line(fmt::format("zero-train: expert-parallel exchange per step and rank: all-to-all {} bytes ({} to other "
+                              "ranks) in {} calls",
+                              a.message_bytes / steps, static_cast<int64_t>(a.bus_bytes) / steps, a.calls / steps));
+    }
+  }
   if (grid) {
     result.tensor_parallel_all_reduce = grid->layer_stats().total(CollectiveOp::kAllReduce);
     result.tensor_parallel_all_gather = grid->layer_stats().total(CollectiveOp::kAllGather);

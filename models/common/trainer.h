@@ -91,6 +91,9 @@ struct TrainerResult {
   // Tensor parallelism: the collectives of the model's layers over its group, over the run
   // (training steps and any evaluation); all-gathers and reduce-scatters with sequence parallelism.
   OpStats tensor_parallel_all_reduce, tensor_parallel_all_gather, tensor_parallel_reduce_scatter;
+  // Expert parallelism: this rank's exchange of rows with its expert-parallel group (all-to-all
+  // with variable counts; bus bytes: those sent to other ranks) over the run.
+  OpStats expert_parallel_all_to_all;
   // Pipeline parallelism: the bytes this rank sent to and received from its neighbouring stages.
   int64_t pipeline_sent = 0, pipeline_received = 0;
   // Mixtures of experts: per MoE layer, the tokens each expert got over the run, all

@@ -8,6 +8,7 @@
 
 #include "models/llama/llama_moe.h"
 #include "models/llama/llama_tensor_parallel.h"
+#include "zero/comm_stats.h"
 #include "zero/tensor_parallel.h"
 #include "zero/zero.h"
 
@@ -22,6 +23,9 @@ struct ExpertGroups {
   ExpertGroups(World& world, int size)
       : expert_parallel(world.split(world.rank() / size)), expert_data_parallel(world.split(world.rank() % size)) {}
   World expert_parallel, expert_data_parallel;
+  // The layers' exchange goes through this, so that it is counted (comms logger, zero-train's report).
+  CommStats stats;
+  CountingCommunicator exchange{expert_parallel.communicator(), std::shared_ptr<CommStats>(&stats, [](CommStats*) {})};
 };
 
 bool is_expert_parameter(const std::string& name) { return name.find(".experts.") != std::string::npos; }
@@ -114,7 +118,8 @@ class LlamaTrainable : public models::TrainableModel {
             .pipeline = grid_ && grid_->stages() > 1 ? &grid_->pipeline() : nullptr,
             .expert_parallel = experts_ ? &experts_->expert_parallel : nullptr,
             .expert_data_parallel = experts_ ? &experts_->expert_data_parallel : nullptr,
-            .is_expert = is_expert_parameter};
+            .is_expert = is_expert_parameter,
+            .expert_stats = experts_ ? &experts_->stats : nullptr};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_,
@@ -150,7 +155,7 @@ class LlamaTrainable : public models::TrainableModel {
   static ExpertPlace expert_place(ExpertGroups* experts) {
     if (!experts) return {};
     World& group = experts->expert_parallel;
-    return {.group = &group.communicator(), .rank = group.rank(), .size = group.size()};
+    return {.group = &experts->exchange, .rank = group.rank(), .size = group.size()};
   }
 
   static TensorParallelPlace place_in(ParallelGrid* grid, bool sequence_parallel) {

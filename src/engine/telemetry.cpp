@@ -93,6 +93,16 @@ Telemetry::Telemetry(const Config& config, World& world, CommStats& stats, const
     layer_stats_ = layers.layer_stats;
     if (layer_comms_) layer_stats_->set_listener([this](const CollectiveRecord& r) { layer_comms_->record(r, phase_name_); });
   }
+  if (layers.expert_stats && layers.expert_parallel && layers.expert_parallel->size() > 1) {
+    expert_stats_ = layers.expert_stats;
+    if (config.comms_logger.enabled) {
+      auto scope = [](const World& w) { return w.num_nodes() > 1 ? "inter-node" : "intra-node"; };
+      expert_comms_ = std::make_unique<CommsLogger>(config.comms_logger, layers.expert_parallel->size(),
+                                                    scope(*layers.expert_parallel),
+                                                    world.process_rank() == 0 ? stdout : nullptr, "expert-parallel");
+      expert_stats_->set_listener([this](const CollectiveRecord& r) { expert_comms_->record(r, phase_name_); });
+    }
+  }
   wants_loss_ = !sinks_.empty();
   if (comms_ || !sinks_.empty()) {
     stats_.set_listener([this](const CollectiveRecord& r) {
@@ -117,6 +127,7 @@ Telemetry::Telemetry(const Config& config, World& world, CommStats& stats, const
 Telemetry::~Telemetry() {
   stats_.set_listener(nullptr);
   if (layer_stats_) layer_stats_->set_listener(nullptr);
+  if (expert_stats_) expert_stats_->set_listener(nullptr);
   if (comms_ && world_.process_rank() == 0) {
     fmt::print("{}", comms_summary());
     std::fflush(stdout);
@@ -280,7 +291,8 @@ void Telemetry::profile_flops(const StepRecord& record) {
 
 std::string Telemetry::comms_summary() const {
   if (!comms_) return "";
-  return comms_->summary(steps_seen_) + (layer_comms_ ? layer_comms_->summary(steps_seen_) : std::string());
+  return comms_->summary(steps_seen_) + (layer_comms_ ? layer_comms_->summary(steps_seen_) : std::string()) +
+         (expert_comms_ ? expert_comms_->summary(steps_seen_) : std::string());
 }
 
 void Telemetry::on_wait(double seconds) {

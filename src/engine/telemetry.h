@@ -98,6 +98,8 @@ class Telemetry {
   CommStats& stats_;
   std::unique_ptr<CommsLogger> comms_;
   CommStats* layer_stats_ = nullptr;
+  CommStats* expert_stats_ = nullptr;             // expert parallelism's exchange
+  std::unique_ptr<CommsLogger> expert_comms_;
   std::unique_ptr<CommsLogger> layer_comms_;
   std::vector<std::unique_ptr<StepSink>> sinks_;
   std::array<double, kPhases> phase_seconds_{};

@@ -104,6 +104,9 @@ TEST_F(LlamaCases, MoeTrajectoriesFollowTheReference) {
         const std::vector<double> split = grad_norms(r);
         ASSERT_EQ(split.size(), whole.size()) << what;
         for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(split[i], whole[i], 1e-6 * whole[i]) << what << ", step " << i + 1;
+        // The exchange is counted: 4 all-to-alls per MoE layer and micro-step (2 layers).
+        EXPECT_EQ(r.expert_parallel_all_to_all.calls, 10 * (kParts / test_world().size()) * 2 * 4) << what;
+        EXPECT_GT(r.expert_parallel_all_to_all.bus_bytes, 0) << what;
       }
     }
     // Qwen2-MoE: the shared expert and the router stay dense, a dense layer between MoE ones.
