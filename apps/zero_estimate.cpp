@@ -4,6 +4,7 @@
 //   zero-estimate --params 2851M --largest-layer 32M --ranks-per-node 8  # DeepSpeed's t5-3b table
 //   zero-estimate --gpt 48,25,1600,256,1024 --micro-batch 1 --seq 1024  # live: a GPT shape (L,NH,C,V,maxT)
 //   zero-estimate --llmc gpt2_124M.bin --device-memory 80 --host-memory 1000
+//   zero-estimate --model Mixtral-8x7B/ --ranks-per-node 8 --nodes 4 --expert-parallel 8  # a HF config.json
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@
 #include <optional>
 
 #include "models/gpt/gpt.h"
+#include "models/llama/llama_config.h"
 #include "zero/error.h"
 #include "zero/estimate.h"
 
@@ -59,6 +61,26 @@ est::EngineLayoutInput gpt_parameters(const zero::gpt::GptShape& s) {
 
 std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / est::kGiB); }
 
+// A Hugging Face model's trainable parameters as rank 0 holds them at expert-parallel size `ep`
+// (experts [0, E/ep) of each MoE layer), each decoder layer a unit, experts flagged. In the hub's
+// tensor order (the engine's registration order may pad a few elements differently).
+est::EngineLayoutInput hf_parameters(const zero::llama::LlamaConfig& c, int ep) {
+  est::EngineLayoutInput in;
+  const int64_t mine = c.moe.num_experts / std::max(1, ep);
+  for (const zero::llama::HfTensor& t : zero::llama::llama_tensors(c)) {
+    const size_t at = t.name.find(".experts.");
+    const bool expert = at != std::string::npos;
+    if (expert && ep > 1 && std::stoll(t.name.substr(at + 9)) >= mine) continue;
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    in.numels.push_back(numel);
+    in.units.push_back(t.layer);
+    in.expert.push_back(expert);
+  }
+  in.expert_parallel = ep;
+  return in;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,12 +90,18 @@ int main(int argc, char** argv) {
   double buffer_factor = 1.5, bandwidth = 0, device_memory = 0, host_memory = 0;
   bool checkpointing = false;
   int stage = -1;
-  int tensor_parallel = 1, pipeline_stages = 1;
+  int tensor_parallel = 1, pipeline_stages = 1, expert_parallel = 1;
+  std::string model_dir;
   std::string offload_optimizer = "none", offload_param = "none";
   app.add_option("--params", params_text, "parameters (7.5B, 2851M, ...)");
   app.add_option("--largest-layer", largest_text, "parameters of the largest layer (default: Ψ/100 cold; live: a block or wte)");
   app.add_option("--gpt", gpt_text, "a GPT shape L,NH,C,V,maxT (live: exact parameters and layers)");
   app.add_option("--llmc", llmc, "an llm.c checkpoint: its shape (only the header is read)")->check(CLI::ExistingFile);
+  app.add_option("--model", model_dir, "a Hugging Face model directory (Llama, Mixtral, Qwen2-MoE: only config.json is read)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--expert-parallel", expert_parallel, "with --model: expert_parallel.autoep_size")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--ranks-per-node", per_node, "devices (ranks) per node")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--nodes", nodes, "nodes")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--tensor-parallel", tensor_parallel, "tensor-parallel group size (tensor_parallel.autotp_size)")
@@ -103,7 +131,21 @@ int main(int argc, char** argv) {
     if (!gpt_text.empty()) shape = shape_from_flag(gpt_text);
     if (!llmc.empty()) shape = shape_from_llmc(llmc);
     double params = 0, largest = 0;
-    if (shape) {
+    std::optional<zero::llama::LlamaConfig> hf;
+    if (!model_dir.empty()) hf = zero::llama::read_llama_config(model_dir + "/config.json");
+    if (hf) {
+      params = static_cast<double>(zero::llama::llama_parameter_count(*hf));
+      for (int64_t l = 0; l < hf->num_hidden_layers; ++l) {
+        double layer = 0;
+        for (const auto& t : zero::llama::llama_tensors(*hf)) {
+          if (t.layer != l) continue;
+          double n = 1;
+          for (int64_t d : t.shape) n *= static_cast<double>(d);
+          layer += n;
+        }
+        largest = std::max(largest, layer);
+      }
+    } else if (shape) {
       params = static_cast<double>(zero::gpt::checkpoint_numel(*shape));
       // The largest layer stage 3 gathers at once: a block (12C² + 13C), or wte when it is larger.
       const double c = shape->channels;
@@ -112,9 +154,18 @@ int main(int argc, char** argv) {
       params = est::parse_count(params_text, "--params");
       largest = largest_text.empty() ? params / 100 : est::parse_count(largest_text, "--largest-layer");
     } else {
-      throw zero::Error("give --params N, --gpt L,NH,C,V,maxT or --llmc FILE", "--params");
+      throw zero::Error("give --params N, --gpt L,NH,C,V,maxT, --llmc FILE or --model DIR", "--params");
     }
     const int ranks = per_node * nodes;
+    if (expert_parallel > 1) {
+      if (!hf || hf->moe.num_experts == 0)
+        throw zero::Error("--expert-parallel needs --model with experts (Mixtral, Qwen2-MoE)", "--expert-parallel");
+      if (ranks % expert_parallel != 0 || hf->moe.num_experts % expert_parallel != 0) {
+        throw zero::Error(fmt::format("--expert-parallel {} must divide the {} ranks and the {} experts", expert_parallel,
+                                      ranks, hf->moe.num_experts),
+                          "--expert-parallel");
+      }
+    }
     if (ranks % tensor_parallel != 0) {
       throw zero::Error(fmt::format("--tensor-parallel {} does not divide the {} ranks", tensor_parallel, ranks),
                         "--tensor-parallel");
@@ -212,6 +263,27 @@ int main(int argc, char** argv) {
                  bytes / bytes_per_second);
     }
 
+    if (hf) {
+      est::EngineLayoutInput in = hf_parameters(*hf, expert_parallel);
+      in.world_size = ranks;
+      in.dtype_bytes = dtype_bytes;
+      fmt::print("\nzerocpp's engine, model states of rank 0 without offload ({}, AdamW; padding included; GB = 2^30){}:\n",
+                 dtype_bytes == 4 ? "fp32" : "bf16",
+                 expert_parallel > 1 ? fmt::format("; experts over {} ranks each, dense weights over {}",
+                                                   ranks / expert_parallel, ranks)
+                                     : "");
+      for (int k : {0, 1, 2, 3}) {
+        in.stage = k;
+        const est::EngineStates s = est::engine_model_states(in);
+        fmt::print("{} stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}{}\n",
+                   k == stage ? ">" : " ", k, gib(s.parameters), gib(s.gradients), gib(s.master_weights),
+                   gib(s.optimizer_state), gib(s.total()),
+                   expert_parallel > 1 ? fmt::format(" (experts {} GB, dense {} GB)", gib(s.experts.total()),
+                                                     gib(s.total() - s.experts.total()))
+                                       : "",
+                   k == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
+      }
+    }
     if (shape) {
       est::EngineLayoutInput in = gpt_parameters(*shape);
       in.world_size = ranks;

@@ -64,15 +64,23 @@ struct EngineLayoutInput {
   int dtype_bytes = 4;             // the model's: 4 fp32, 2 bf16/fp16
   int optimizer_states = 2;        // fp32 floats per element: Adam(W) 2, SGD with momentum 1, ...
   int64_t reduce_bucket_size = 500'000'000;
+  // Expert parallelism (docs/moe.md): which parameters are experts' (empty: none), and the
+  // expert-parallel size: experts are partitioned over world_size ÷ expert_parallel ranks.
+  // `numels` are then this rank's parameters (its share of the experts).
+  std::vector<bool> expert;
+  int expert_parallel = 1;
 };
-struct EngineStates {
+struct ModelStates {
   int64_t parameters = 0;  // stage 3: the root whole and the units' shards (gather buffers apart)
   int64_t gradients = 0;
   int64_t master_weights = 0;
   int64_t optimizer_state = 0;
+  int64_t total() const { return parameters + gradients + master_weights + optimizer_state; }
+};
+struct EngineStates : ModelStates {
   int64_t padding_elements = 0;
   int64_t largest_unit_bytes = 0;  // stage 3: one unit whole (what a gather buffer holds)
-  int64_t total() const { return parameters + gradients + master_weights + optimizer_state; }
+  ModelStates experts;             // of the above, the experts' (expert parallelism); the rest is dense
 };
 EngineStates engine_model_states(const EngineLayoutInput& input);
 

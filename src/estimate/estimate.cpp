@@ -1,6 +1,7 @@
 #include "zero/estimate.h"
 
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -60,7 +61,8 @@ EngineStates engine_model_states(const EngineLayoutInput& in) {
   const int64_t alignment = 32 / in.dtype_bytes;  // the engine's: 32 bytes of the model's dtype
   const int n = static_cast<int>(in.numels.size());
   // The engine lays parameters out in reverse registration order (the order backward produces
-  // gradients); at stage 3 a bucket per unit and one for the root, whatever the bucket size.
+  // gradients); at stage 3 a bucket per unit and one for the root, whatever the bucket size
+  // (within a unit, dense weights before experts).
   std::vector<int> order(static_cast<size_t>(n)), groups;
   for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = n - 1 - i;
   int root = 0;
@@ -71,32 +73,56 @@ EngineStates engine_model_states(const EngineLayoutInput& in) {
       groups.push_back(u < 0 ? root : u);
     }
   }
+  const bool experts = in.expert_parallel > 1 && !in.expert.empty();
+  const auto is_expert = [&](int p) { return experts && in.expert[static_cast<size_t>(p)]; };
+  layout::ReplicaGroups replicas;
+  if (experts) {
+    for (int i = 0; i < n; ++i) replicas.of_param.push_back(is_expert(i) ? 1 : 0);
+    replicas.partitions = {partitions, in.stage == 0 ? 1 : in.world_size / in.expert_parallel};
+    if (stage3) {
+      std::map<int, int> first;  // as FlatParams orders a stage-3 layout: units by first parameter, descending
+      for (int i = n - 1; i >= 0; --i) first[groups[static_cast<size_t>(i)]] = i;
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        const int fa = first[groups[static_cast<size_t>(a)]], fb = first[groups[static_cast<size_t>(b)]];
+        return fa != fb ? fa > fb : replicas.of_param[static_cast<size_t>(a)] < replicas.of_param[static_cast<size_t>(b)];
+      });
+    }
+  } else if (stage3) {
+    std::map<int, int> first;
+    for (int i = n - 1; i >= 0; --i) first[groups[static_cast<size_t>(i)]] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return first[groups[static_cast<size_t>(a)]] > first[groups[static_cast<size_t>(b)]];
+    });
+  }
   const layout::BucketLayout layout(in.numels, partitions, alignment,
-                                    stage3 ? INT64_MAX : std::max<int64_t>(1, in.reduce_bucket_size), order, groups);
-  const int64_t padded = layout.padded_numel(), owned = layout.owned_numel(), d = in.dtype_bytes;
+                                    stage3 ? INT64_MAX : std::max<int64_t>(1, in.reduce_bucket_size), order, groups,
+                                    replicas);
+  const int64_t d = in.dtype_bytes;
   EngineStates s;
   s.padding_elements = layout.padding();
-  int64_t root_padded = 0, largest_unit = 0;
-  for (const auto& bucket : layout.buckets()) {
-    const bool is_root = stage3 && groups[static_cast<size_t>(bucket.params.front())] == root;
-    if (is_root) root_padded += bucket.padded;
-    else largest_unit = std::max(largest_unit, bucket.padded);
-  }
-  s.largest_unit_bytes = stage3 ? largest_unit * d : 0;
-  // Stage 3 keeps the root whole and only its shard of each unit.
-  s.parameters = stage3 ? (root_padded + (padded - root_padded) / partitions) * d : padded * d;
-  // Stages 0/1 keep whole gradients in the model's dtype; 2/3 an fp32 accumulator of their shards.
-  s.gradients = in.stage < 2 ? padded * d : owned * 4;
   // fp32 master of the owned shards, except where it is the parameters themselves: one partition
   // of an fp32 model laid out whole (not stage 3's units), and stage 3's fp32 unit shards.
-  if (partitions == 1 && d == 4 && !stage3) {
-    s.master_weights = 0;
-  } else if (stage3 && d == 4) {
-    s.master_weights = root_padded / partitions * 4;
-  } else {
-    s.master_weights = owned * 4;
+  const bool master_is_params = !layout.partitioned() && d == 4 && !stage3;
+  int64_t largest_unit = 0;
+  for (const auto& bucket : layout.buckets()) {
+    const bool is_root = stage3 && groups[static_cast<size_t>(bucket.params.front())] == root;
+    if (stage3 && !is_root) largest_unit = std::max(largest_unit, bucket.padded);
+    ModelStates b;
+    // Stage 3 keeps the root whole and only its shard of each unit.
+    b.parameters = (stage3 && !is_root ? bucket.shard : bucket.padded) * d;
+    // Stages 0/1 keep whole gradients in the model's dtype; 2/3 an fp32 accumulator of their shards.
+    b.gradients = in.stage < 2 ? bucket.padded * d : bucket.shard * 4;
+    b.master_weights = master_is_params || (stage3 && d == 4 && !is_root) ? 0 : bucket.shard * 4;
+    b.optimizer_state = static_cast<int64_t>(in.optimizer_states) * bucket.shard * 4;
+    for (ModelStates* into : {static_cast<ModelStates*>(&s), bucket.replica_group == 1 ? &s.experts : nullptr}) {
+      if (!into) continue;
+      into->parameters += b.parameters;
+      into->gradients += b.gradients;
+      into->master_weights += b.master_weights;
+      into->optimizer_state += b.optimizer_state;
+    }
   }
-  s.optimizer_state = static_cast<int64_t>(in.optimizer_states) * owned * 4;
+  s.largest_unit_bytes = stage3 ? largest_unit * d : 0;
   return s;
 }
 

@@ -25,6 +25,7 @@
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
 #include "zero/comm_stats.h"
+#include "zero/estimate.h"
 #include "zero/expert_parallel.h"
 #include "zero/world.h"
 
@@ -54,6 +55,27 @@ std::vector<int> expert_parallel_sizes() {
   for (int ep : {2, 4})
     if (ep <= test_world().size() && test_world().size() % ep == 0) sizes.push_back(ep);
   return sizes;
+}
+
+// zero-estimate's engine figures for this rank's part of `name` at expert-parallel size `ep`: the
+// model built as the trainer builds it (this rank's experts), its parameters in registration order,
+// each decoder layer a unit.
+zero::estimate::EngineStates estimated(const std::string& name, int stage, int ep, int optimizer_states) {
+  const zero::llama::HfModel hf = zero::llama::open_hf_model((cases_dir() / name / "model").string());
+  const int place = test_world().rank() % ep;
+  zero::llama::LlamaForCausalLM model(hf.config, *zero::llama::file_weights(hf), at::kFloat, {}, {},
+                                      {.group = ep > 1 ? &test_world().communicator() : nullptr, .rank = place, .size = ep});
+  zero::estimate::EngineLayoutInput in{.stage = stage, .world_size = test_world().size(), .dtype_bytes = 4,
+                                       .optimizer_states = optimizer_states, .reduce_bucket_size = 2000};
+  for (const auto& item : model.named_parameters()) {
+    const std::string& key = item.key();
+    in.numels.push_back(item.value().numel());
+    const bool in_layer = key.rfind("model.layers.", 0) == 0;
+    in.units.push_back(in_layer ? std::stoi(key.substr(13)) : -1);
+    in.expert.push_back(key.find(".experts.") != std::string::npos);
+  }
+  in.expert_parallel = ep;
+  return zero::estimate::engine_model_states(in);
 }
 
 std::vector<double> grad_norms(const TrainerResult& r) {
@@ -104,6 +126,14 @@ TEST_F(LlamaCases, MoeTrajectoriesFollowTheReference) {
         const std::vector<double> split = grad_norms(r);
         ASSERT_EQ(split.size(), whole.size()) << what;
         for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(split[i], whole[i], 1e-6 * whole[i]) << what << ", step " << i + 1;
+        // Model states per rank, exactly as the formula (zero-estimate's, with the experts
+        // partitioned over world ÷ EP ranks and the dense weights over the world).
+        const zero::estimate::EngineStates formula = estimated("mixtral_moe", stage, ep, optimizer == "sgd" ? 0 : 2);
+        EXPECT_EQ(r.memory.parameters - r.memory.gather_buffers, formula.parameters) << what;
+        EXPECT_EQ(r.memory.gradients, formula.gradients) << what;
+        EXPECT_EQ(r.memory.master_weights, formula.master_weights) << what;
+        EXPECT_EQ(r.memory.optimizer_state, formula.optimizer_state) << what;
+        EXPECT_GT(formula.experts.total(), 0) << what;
         // The exchange is counted: 4 all-to-alls per MoE layer and micro-step (2 layers).
         EXPECT_EQ(r.expert_parallel_all_to_all.calls, 10 * (kParts / test_world().size()) * 2 * 4) << what;
         EXPECT_GT(r.expert_parallel_all_to_all.bus_bytes, 0) << what;
