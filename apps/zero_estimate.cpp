@@ -81,6 +81,24 @@ est::EngineLayoutInput hf_parameters(const zero::llama::LlamaConfig& c, int ep) 
   return in;
 }
 
+// zerocpp's engine: each stage's model states by category (AdamW, no offload), the marked stage's
+// row with ">"; with expert parallelism, the experts' and the dense part.
+void print_engine_states(est::EngineLayoutInput in, int marked, const std::string& title) {
+  fmt::print("\nzerocpp's engine, {} without offload ({}, AdamW; padding included; GB = 2^30):\n", title,
+             in.dtype_bytes == 4 ? "fp32" : "bf16");
+  for (int k : {0, 1, 2, 3}) {
+    in.stage = k;
+    const est::EngineStates s = est::engine_model_states(in);
+    fmt::print("{} stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}{}\n",
+               k == marked ? ">" : " ", k, gib(s.parameters), gib(s.gradients), gib(s.master_weights),
+               gib(s.optimizer_state), gib(s.total()),
+               in.expert_parallel > 1
+                   ? fmt::format(" (experts {} GB, dense {} GB)", gib(s.experts.total()), gib(s.total() - s.experts.total()))
+                   : "",
+               k == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -267,37 +285,17 @@ int main(int argc, char** argv) {
       est::EngineLayoutInput in = hf_parameters(*hf, expert_parallel);
       in.world_size = ranks;
       in.dtype_bytes = dtype_bytes;
-      fmt::print("\nzerocpp's engine, model states of rank 0 without offload ({}, AdamW; padding included; GB = 2^30){}:\n",
-                 dtype_bytes == 4 ? "fp32" : "bf16",
-                 expert_parallel > 1 ? fmt::format("; experts over {} ranks each, dense weights over {}",
-                                                   ranks / expert_parallel, ranks)
-                                     : "");
-      for (int k : {0, 1, 2, 3}) {
-        in.stage = k;
-        const est::EngineStates s = est::engine_model_states(in);
-        fmt::print("{} stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}{}\n",
-                   k == stage ? ">" : " ", k, gib(s.parameters), gib(s.gradients), gib(s.master_weights),
-                   gib(s.optimizer_state), gib(s.total()),
-                   expert_parallel > 1 ? fmt::format(" (experts {} GB, dense {} GB)", gib(s.experts.total()),
-                                                     gib(s.total() - s.experts.total()))
-                                       : "",
-                   k == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
-      }
+      print_engine_states(in, stage,
+                          "model states of rank 0" + (expert_parallel > 1
+                                                          ? fmt::format(" (experts over {} ranks each, dense weights over {})",
+                                                                        ranks / expert_parallel, ranks)
+                                                          : std::string()));
     }
     if (shape) {
       est::EngineLayoutInput in = gpt_parameters(*shape);
       in.world_size = ranks;
       in.dtype_bytes = dtype_bytes;
-      fmt::print("\nzerocpp's engine, model states per rank without offload ({}, AdamW; padding included; GB = 2^30):\n",
-                 dtype_bytes == 4 ? "fp32" : "bf16");
-      for (int k : {0, 1, 2, 3}) {
-        in.stage = k;
-        const est::EngineStates s = est::engine_model_states(in);
-        fmt::print("{} stage {}: parameters {} | gradients {} | fp32 master {} | optimizer {} | total {} GB{}\n",
-                   k == stage ? ">" : " ", k, gib(s.parameters), gib(s.gradients), gib(s.master_weights),
-                   gib(s.optimizer_state), gib(s.total()),
-                   k == 3 ? fmt::format(" (+ gather buffers, {} GB a unit)", gib(s.largest_unit_bytes)) : "");
-      }
+      print_engine_states(in, stage, "model states per rank");
       const int64_t rows_per_rank = micro, tokens = seq > 0 ? seq : shape->max_seq;
       const zero::gpt::ActivationBytes a = zero::gpt::gpt_activation_bytes(*shape, rows_per_rank, tokens, 1);
       fmt::print("  activations per rank ({} x {} tokens, fp32 compute): {} GB, {} GB with activation checkpointing{}\n",
