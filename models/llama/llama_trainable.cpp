@@ -24,8 +24,8 @@ struct ExpertGroups {
       : expert_parallel(world.split(world.rank() / size)), expert_data_parallel(world.split(world.rank() % size)) {}
   World expert_parallel, expert_data_parallel;
   // The layers' exchange goes through this, so that it is counted (comms logger, zero-train's report).
-  CommStats stats;
-  CountingCommunicator exchange{expert_parallel.communicator(), std::shared_ptr<CommStats>(&stats, [](CommStats*) {})};
+  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
+  CountingCommunicator exchange{expert_parallel.communicator(), stats};
 };
 
 bool is_expert_parameter(const std::string& name) { return name.find(".experts.") != std::string::npos; }
@@ -119,7 +119,7 @@ class LlamaTrainable : public models::TrainableModel {
             .expert_parallel = experts_ ? &experts_->expert_parallel : nullptr,
             .expert_data_parallel = experts_ ? &experts_->expert_data_parallel : nullptr,
             .is_expert = is_expert_parameter,
-            .expert_stats = experts_ ? &experts_->stats : nullptr};
+            .expert_stats = experts_ ? experts_->stats.get() : nullptr};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_,

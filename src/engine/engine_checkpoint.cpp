@@ -176,10 +176,8 @@ void Engine::save_partitions(const std::string& dir, const std::string& tag, con
   const bool experts = s.expert_data_comm != nullptr;
   // Whether world rank r lists the fragments of replica group g's buckets: its rank in the group
   // names one of their shards (with one partition, only the group's first rank).
-  auto lists = [&](int r, int g) {
-    const int in_group = g == 0 ? r : s.expert_view.expert_data_rank_of[static_cast<size_t>(r)];
-    return in_group < layout.partitions_of(g);
-  };
+  auto rank_in_group = [&](int r, int g) { return g == 0 ? r : s.expert_view.expert_data_rank_of[static_cast<size_t>(r)]; };
+  auto lists = [&](int r, int g) { return rank_in_group(r, g) < layout.partitions_of(g); };
   auto writes = [&](int r) {
     for (int g = 0; g < layout.replica_groups(); ++g)
       if (lists(r, g)) return true;
@@ -259,8 +257,7 @@ void Engine::save_partitions(const std::string& dir, const std::string& tag, con
         for (int i = 0; i < static_cast<int>(s.flat->params().size()); ++i) {
           const int g = layout.buckets()[static_cast<size_t>(layout.slot(i).bucket)].replica_group;
           if (!lists(r, g)) continue;
-          const int in_group = g == 0 ? r : s.expert_view.expert_data_rank_of[static_cast<size_t>(r)];
-          if (auto fr = layout.fragment(i, layout.owned_shard(g, in_group)))
+          if (auto fr = layout.fragment(i, layout.owned_shard(g, rank_in_group(r, g))))
             shard.fragments.push_back({index_of.at(name_of(expert_rank, static_cast<size_t>(i))), fr->param_begin,
                                        fr->param_end, fr->owned_offset});
         }

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "util/debug_buffers.h"
 #include "zero/error.h"
@@ -19,25 +18,6 @@ std::vector<int64_t> numels(const std::vector<at::Tensor>& params) {
   std::vector<int64_t> out;
   for (const auto& p : params) out.push_back(p.numel());
   return out;
-}
-
-// Reverse registration order; with groups, group by group, the group whose first parameter was
-// registered latest first (backward completes it first), reverse order within a group.
-// Within a group, the parameters of each replica group together (lower replica group first).
-std::vector<int> layout_order(size_t n, const std::vector<int>& groups, const std::vector<int>& replica_group_of) {
-  std::vector<int> order;
-  for (size_t i = n; i-- > 0;) order.push_back(static_cast<int>(i));
-  if (groups.empty()) return order;
-  std::map<int, int> first_registered;
-  for (size_t i = n; i-- > 0;) first_registered[groups[i]] = static_cast<int>(i);
-  auto replicas = [&](int p) { return replica_group_of.empty() ? 0 : replica_group_of[static_cast<size_t>(p)]; };
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const int first_a = first_registered[groups[static_cast<size_t>(a)]];
-    const int first_b = first_registered[groups[static_cast<size_t>(b)]];
-    if (first_a != first_b) return first_a > first_b;
-    return replicas(a) < replicas(b);
-  });
-  return order;
 }
 
 at::ScalarType common_dtype(const std::vector<at::Tensor>& params) {
@@ -66,7 +46,7 @@ FlatParams::FlatParams(std::vector<at::Tensor> params, int partitions, int64_t b
                        const layout::ReplicaGroups& replicas)
     : params_(std::move(params)),
       layout_(numels(params_), partitions, alignment_for(common_dtype(params_)), bucket_elements,
-              layout_order(params_.size(), groups, replicas.of_param), groups, replicas),
+              layout::backward_order(params_.size(), groups, replicas.of_param), groups, replicas),
       dtype_(params_[0].scalar_type()),
       device_(params_[0].device()),
       memory_(layout_.buckets().size()) {

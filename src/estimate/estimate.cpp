@@ -1,7 +1,6 @@
 #include "zero/estimate.h"
 
 #include <algorithm>
-#include <map>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -60,11 +59,9 @@ EngineStates engine_model_states(const EngineLayoutInput& in) {
   const int partitions = in.stage == 0 ? 1 : in.world_size;
   const int64_t alignment = 32 / in.dtype_bytes;  // the engine's: 32 bytes of the model's dtype
   const int n = static_cast<int>(in.numels.size());
-  // The engine lays parameters out in reverse registration order (the order backward produces
-  // gradients); at stage 3 a bucket per unit and one for the root, whatever the bucket size
-  // (within a unit, dense weights before experts).
-  std::vector<int> order(static_cast<size_t>(n)), groups;
-  for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = n - 1 - i;
+  // At stage 3 a bucket per unit and one for the root (its group: after every unit), whatever the
+  // bucket size; with expert parallelism the experts are replica group 1.
+  std::vector<int> groups;
   int root = 0;
   if (stage3) {
     for (int u : in.units) root = std::max(root, u + 1);
@@ -73,27 +70,12 @@ EngineStates engine_model_states(const EngineLayoutInput& in) {
       groups.push_back(u < 0 ? root : u);
     }
   }
-  const bool experts = in.expert_parallel > 1 && !in.expert.empty();
-  const auto is_expert = [&](int p) { return experts && in.expert[static_cast<size_t>(p)]; };
   layout::ReplicaGroups replicas;
-  if (experts) {
-    for (int i = 0; i < n; ++i) replicas.of_param.push_back(is_expert(i) ? 1 : 0);
+  if (in.expert_parallel > 1 && !in.expert.empty()) {
+    for (int i = 0; i < n; ++i) replicas.of_param.push_back(in.expert[static_cast<size_t>(i)] ? 1 : 0);
     replicas.partitions = {partitions, in.stage == 0 ? 1 : in.world_size / in.expert_parallel};
-    if (stage3) {
-      std::map<int, int> first;  // as FlatParams orders a stage-3 layout: units by first parameter, descending
-      for (int i = n - 1; i >= 0; --i) first[groups[static_cast<size_t>(i)]] = i;
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        const int fa = first[groups[static_cast<size_t>(a)]], fb = first[groups[static_cast<size_t>(b)]];
-        return fa != fb ? fa > fb : replicas.of_param[static_cast<size_t>(a)] < replicas.of_param[static_cast<size_t>(b)];
-      });
-    }
-  } else if (stage3) {
-    std::map<int, int> first;
-    for (int i = n - 1; i >= 0; --i) first[groups[static_cast<size_t>(i)]] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return first[groups[static_cast<size_t>(a)]] > first[groups[static_cast<size_t>(b)]];
-    });
   }
+  const std::vector<int> order = layout::backward_order(static_cast<size_t>(n), groups, replicas.of_param);
   const layout::BucketLayout layout(in.numels, partitions, alignment,
                                     stage3 ? INT64_MAX : std::max<int64_t>(1, in.reduce_bucket_size), order, groups,
                                     replicas);

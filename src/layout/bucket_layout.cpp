@@ -1,11 +1,28 @@
 #include "layout/bucket_layout.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
 namespace zero::layout {
+
+std::vector<int> backward_order(size_t n, const std::vector<int>& groups, const std::vector<int>& replica_group_of) {
+  std::vector<int> order;
+  for (size_t i = n; i-- > 0;) order.push_back(static_cast<int>(i));
+  if (groups.empty()) return order;
+  std::map<int, int> first_registered;
+  for (size_t i = n; i-- > 0;) first_registered[groups[i]] = static_cast<int>(i);
+  auto replicas = [&](int p) { return replica_group_of.empty() ? 0 : replica_group_of[static_cast<size_t>(p)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const int first_a = first_registered[groups[static_cast<size_t>(a)]];
+    const int first_b = first_registered[groups[static_cast<size_t>(b)]];
+    if (first_a != first_b) return first_a > first_b;
+    return replicas(a) < replicas(b);
+  });
+  return order;
+}
 
 BucketLayout::BucketLayout(const std::vector<int64_t>& numels, int world_size, int64_t alignment,
                            int64_t bucket_elements, const std::vector<int>& order, const std::vector<int>& groups,

@@ -52,6 +52,14 @@ struct ReplicaGroups {
   std::vector<int> partitions;
 };
 
+// The order the engine lays n parameters out in (the `order` below): reverse registration order,
+// the order backward produces their gradients. With `groups` (stage 3: each parameter's unit),
+// group by group — the group whose first parameter was registered latest first (backward completes
+// it first) — and within a group the parameters of each replica group together, the lower first
+// (`replica_group_of` empty: all in group 0).
+std::vector<int> backward_order(size_t n, const std::vector<int>& groups = {},
+                                const std::vector<int>& replica_group_of = {});
+
 class BucketLayout {
  public:
   // numels[i] is parameter i's element count; `order` lists parameter indices in layout order
