@@ -85,7 +85,26 @@ struct StepBreakdown {
   double optimizer_allgather = 0;
   double all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // collective latencies, summed
   double swap_in = 0, swap_out = 0;  // NVMe offload: time blocked on reads and on writes
+  // Mixtures of experts (ModelParallelOptions::expert_step): the MoE layers' forwards split into
+  // the router (gate, softmax, top-k), the dispatch (rows sorted by expert and, with expert
+  // parallelism, sent to their experts' ranks), the experts' own compute, and the combine (rows
+  // back and summed per token); and the expert-parallel exchange's all-to-all latencies, forward
+  // and backward. A checkpointed layer's recomputation counts too (it is time the step spends).
+  double moe_router = 0, moe_dispatch = 0, moe_experts = 0, moe_combine = 0;
+  double expert_all_to_all = 0;
   double wall = 0;                   // the whole step, from the end of the previous one
+};
+
+// What a model's MoE layers did since the last call (ModelParallelOptions::expert_step): their
+// forwards' seconds by part (StepBreakdown's moe_*), and per MoE layer the (token, expert) pairs
+// each of its experts got from this rank's training forwards (the load balance).
+struct ExpertStep {
+  double router = 0, dispatch = 0, experts = 0, combine = 0;
+  struct Layer {
+    int64_t layer = 0;            // the decoder layer
+    std::vector<int64_t> tokens;  // per expert
+  };
+  std::vector<Layer> load;
 };
 
 // What the model costs per sample, for tokens/s and the flops profiler (Engine::set_model_cost).
@@ -130,8 +149,12 @@ struct ModelParallelOptions {
   World* expert_data_parallel = nullptr;
   std::function<bool(const std::string& name)> is_expert;
   // The exchange's collectives as the model's MoE layers make them: the comms logger prints them
-  // as the expert-parallel group's. Null: not counted.
+  // as the expert-parallel group's, wall_clock_breakdown and Prometheus time and count them. Null:
+  // not counted.
   CommStats* expert_stats = nullptr;
+  // A model with MoE layers (with or without expert parallelism): called once per optimizer step,
+  // for wall_clock_breakdown and Prometheus (docs/moe.md). Null: no experts.
+  std::function<ExpertStep()> expert_step;
 };
 
 // What Engine::load_checkpoint restores (DeepSpeed's load_checkpoint arguments).

@@ -349,17 +349,21 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
   // NVMe traffic and time per step, from the second step on (the first also records stage 3's
   // order and touches fresh memory); of the only step when there is one.
   SwapTraffic swap_before = engine.swap_traffic();
-  // What crossed between hosts: the whole world's collectives, and with tensor parallelism the
-  // data-parallel and tensor-parallel groups' (each counts its own; -1: one host, nothing crossed).
+  // What crossed between hosts: the whole world's collectives, with tensor parallelism the
+  // data-parallel and tensor-parallel groups', with expert parallelism the expert-parallel and
+  // expert-data-parallel groups' (each counts its own; -1: one host, nothing crossed).
+  const ModelParallelOptions layers = model.model_parallel();
   auto crossed = [&] {
     int64_t sum = world.communicator().inter_node_bytes();
-    if (grid && sum >= 0) {
-      std::vector<World*> groups{&grid->data_parallel(), &grid->tensor_parallel(), &grid->pipeline(), grid->first_and_last()};
+    if (sum < 0) return sum;
+    std::vector<World*> groups{layers.expert_parallel, layers.expert_data_parallel};
+    if (grid) {
+      groups.insert(groups.end(), {&grid->data_parallel(), &grid->tensor_parallel(), &grid->pipeline(), grid->first_and_last()});
       for (PipelineLink* link : {grid->activations_out(), grid->gradients_out()})
         if (link) groups.push_back(&link->pair());
-      for (World* group : groups)
-        if (group) sum += std::max<int64_t>(0, group->communicator().inter_node_bytes());
     }
+    for (World* group : groups)
+      if (group) sum += std::max<int64_t>(0, group->communicator().inter_node_bytes());
     return sum;
   };
   int64_t inter_node_before = crossed();

@@ -4,11 +4,26 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
+#include <chrono>
+
 #include "zero/activation_checkpoint.h"
 #include "zero/compute.h"
 #include "zero/expert_parallel.h"
 
 namespace zero::llama {
+
+// Charges the time since its last charge to one of a layer's parts.
+class SparseMoeBlock::Stopwatch {
+ public:
+  void charge(double& part) {
+    const auto now = std::chrono::steady_clock::now();
+    part += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 SparseMoeBlock::SparseMoeBlock(const LlamaConfig& c, WeightSource& source, const std::vector<HfTensor>& tensors,
                                int layer, at::ScalarType dtype, std::shared_ptr<LoadBalance> balance,
@@ -36,6 +51,7 @@ SparseMoeBlock::SparseMoeBlock(const LlamaConfig& c, WeightSource& source, const
 }
 
 at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
+  Stopwatch clock;
   const int64_t hidden = h.size(-1), k = moe.experts_per_token;
   const at::Tensor x = h.reshape({-1, hidden});
   const at::Tensor logits = zero::linear(x, gate->weight, at::Tensor());
@@ -46,27 +62,35 @@ at::Tensor SparseMoeBlock::forward(const at::Tensor& h) {
   const at::Tensor hits = torch::one_hot(chosen, moe.num_experts).permute({2, 1, 0});
   if (at::GradMode::is_enabled() && !checkpointing::detail::recomputing())
     tokens_per_expert += hits.sum({1, 2}).to(at::kCPU);
-  at::Tensor out = place.group ? exchanged(x, weights, chosen) : torch::zeros_like(x);
+  clock.charge(seconds.router);
+  at::Tensor out = place.group ? exchanged(x, weights, chosen, clock) : torch::zeros_like(x);
   if (!place.group) {
     for (int64_t e = 0; e < moe.num_experts; ++e) {
       const at::Tensor where = hits[e].nonzero();  // (slot, token) pairs, slot-major as torch.where gives them
       const at::Tensor slot = where.select(1, 0), token = where.select(1, 1);
-      const at::Tensor y = experts[static_cast<size_t>(e)]->forward(x.index_select(0, token)) *
-                           weights.index({token, slot}).unsqueeze(-1);
-      out.index_add_(0, token, y.to(x.scalar_type()));
+      const at::Tensor rows = x.index_select(0, token);
+      clock.charge(seconds.dispatch);
+      const at::Tensor y = experts[static_cast<size_t>(e)]->forward(rows);
+      clock.charge(seconds.experts);
+      out.index_add_(0, token, (y * weights.index({token, slot}).unsqueeze(-1)).to(x.scalar_type()));
+      clock.charge(seconds.combine);
     }
   }
   if (shared_expert) {
     out = out + torch::sigmoid(zero::linear(x, shared_expert_gate->weight, at::Tensor())) * shared_expert->forward(x);
+    clock.charge(seconds.experts);
   }
   out = out.view(h.sizes());
   if (!load_balance) return out;
   // The load-balancing loss's probabilities: transformers' softmax of the logits in their dtype.
   const at::Tensor probs = torch::softmax(logits, -1);
-  return load_balance->record(out, probs, std::get<1>(probs.topk(k, -1)));
+  out = load_balance->record(out, probs, std::get<1>(probs.topk(k, -1)));
+  clock.charge(seconds.router);
+  return out;
 }
 
-at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen) {
+at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen,
+                                     Stopwatch& clock) {
   namespace ep = zero::expert_parallel;
   Communicator& group = *place.group;
   const int64_t k = chosen.size(1), here = moe.num_experts / place.size;
@@ -88,15 +112,19 @@ at::Tensor SparseMoeBlock::exchanged(const at::Tensor& x, const at::Tensor& weig
   const at::Tensor rows = ep::exchange_rows(group, x.index_select(0, token_of), send, receive);
   const at::Tensor ids =
       torch::arange(first_expert, first_expert + here, torch::kLong).repeat(place.size).repeat_interleave(to_me.reshape(-1));
+  clock.charge(seconds.dispatch);
   // Every expert here runs, on its rows from every rank — none, possibly (a zero gradient).
   at::Tensor results = torch::zeros_like(rows);
   for (int64_t i = 0; i < here; ++i) {
     const at::Tensor mine = (ids == first_expert + i).nonzero().squeeze(1);
     results = results.index_add(0, mine, experts[static_cast<size_t>(i)]->forward(rows.index_select(0, mine)));
   }
+  clock.charge(seconds.experts);
   const at::Tensor back = ep::exchange_rows(group, results, receive, send);  // the pairs' outputs, in `order`
   const at::Tensor weight_of = weights.reshape(-1).index_select(0, order).unsqueeze(1);
-  return torch::zeros_like(x).index_add_(0, token_of, (back * weight_of).to(x.scalar_type()));
+  at::Tensor out = torch::zeros_like(x).index_add_(0, token_of, (back * weight_of).to(x.scalar_type()));
+  clock.charge(seconds.combine);
+  return out;
 }
 
 namespace {

@@ -72,11 +72,19 @@ struct SparseMoeBlock : torch::nn::Module {
   // The load: per expert, the tokens that chose it in the training forwards so far (not in
   // evaluation, nor in a checkpointed layer's recomputation). int64, on the CPU.
   at::Tensor tokens_per_expert;
+  // Where this layer's forwards spent their time so far (recomputations included), in seconds:
+  // the router (gate, softmax, top-k, the load's counts), the dispatch (each expert's rows picked
+  // out; with expert parallelism sorted and sent to their ranks), the experts (the shared one
+  // too), and the combine (rows back, weighted and summed per token).
+  struct Seconds {
+    double router = 0, dispatch = 0, experts = 0, combine = 0;
+  } seconds;
 
  private:
   // Expert parallelism: each (token, place) pair's row to the rank holding its expert, computed
   // there, and back; returns the pairs' weighted outputs summed per token, experts in order.
-  at::Tensor exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen);
+  class Stopwatch;
+  at::Tensor exchanged(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& chosen, Stopwatch& clock);
 };
 
 }  // namespace zero::llama

@@ -119,7 +119,9 @@ class LlamaTrainable : public models::TrainableModel {
             .expert_parallel = experts_ ? &experts_->expert_parallel : nullptr,
             .expert_data_parallel = experts_ ? &experts_->expert_data_parallel : nullptr,
             .is_expert = is_expert_parameter,
-            .expert_stats = experts_ ? experts_->stats.get() : nullptr};
+            .expert_stats = experts_ ? experts_->stats.get() : nullptr,
+            .expert_step = tokens_per_expert().empty() ? std::function<ExpertStep()>()
+                                                       : [this] { return expert_step_since_last(); }};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     write_hf_model(engine, model_, config_json_,
@@ -141,6 +143,32 @@ class LlamaTrainable : public models::TrainableModel {
   LlamaExportOptions options_;
   World* tensor_parallel_;
   CommStats* layer_stats_;
+  mutable ExpertStep reported_;  // the MoE layers' totals at the last expert_step_since_last()
+
+  // ModelParallelOptions::expert_step: what the MoE layers did since the last call.
+  ExpertStep expert_step_since_last() const {
+    ExpertStep now;
+    for (const ExpertLoad& layer : tokens_per_expert()) now.load.push_back({layer.layer, layer.tokens});
+    for (const auto& unit : model_.model->layers) {
+      if (const auto& moe = unit->block->moe) {
+        now.router += moe->seconds.router;
+        now.dispatch += moe->seconds.dispatch;
+        now.experts += moe->seconds.experts;
+        now.combine += moe->seconds.combine;
+      }
+    }
+    ExpertStep step = now;
+    if (!reported_.load.empty()) {
+      step.router -= reported_.router;
+      step.dispatch -= reported_.dispatch;
+      step.experts -= reported_.experts;
+      step.combine -= reported_.combine;
+      for (size_t l = 0; l < step.load.size(); ++l)
+        for (size_t e = 0; e < step.load[l].tokens.size(); ++e) step.load[l].tokens[e] -= reported_.load[l].tokens[e];
+    }
+    reported_ = std::move(now);
+    return step;
+  }
 
   // Items [bounds[s], bounds[s + 1]) of (embedding, layers 0..L-1, head) are stage s's.
   static PipelinePlace stage_in(ParallelGrid* grid, const std::vector<int>& bounds) {

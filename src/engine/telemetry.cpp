@@ -46,6 +46,11 @@ constexpr Field kFields[] = {
     {"all_gather", &StepBreakdown::all_gather, false},
     {"swap_in", &StepBreakdown::swap_in, false},
     {"swap_out", &StepBreakdown::swap_out, false},
+    {"moe_router", &StepBreakdown::moe_router, false},
+    {"moe_dispatch", &StepBreakdown::moe_dispatch, false},
+    {"moe_experts", &StepBreakdown::moe_experts, false},
+    {"moe_combine", &StepBreakdown::moe_combine, false},
+    {"expert_all_to_all", &StepBreakdown::expert_all_to_all, false},
     {"total", &StepBreakdown::wall, true},
 };
 constexpr int kFieldCount = static_cast<int>(std::size(kFields));
@@ -78,7 +83,9 @@ Telemetry::Telemetry(const Config& config, World& world, CommStats& stats, const
     : config_(config),
       world_(world),
       stats_(stats),
-      sinks_(make_sinks(config, world, layers.group && layers.group->size() > 1 && layers.layer_stats)) {
+      expert_step_(layers.expert_step),
+      sinks_(make_sinks(config, world, layers.group && layers.group->size() > 1 && layers.layer_stats,
+                        static_cast<bool>(layers.expert_step))) {
   const bool split = layers.group && layers.group->size() > 1 && layers.layer_stats;
   if (config.comms_logger.enabled) {
     auto scope = [](const World& w) { return w.num_nodes() > 1 ? "inter-node" : "intra-node"; };
@@ -152,8 +159,20 @@ void Telemetry::record_loss(double loss) {
   ++losses_;
 }
 
-StepBreakdown Telemetry::collect(double wall) {
+StepBreakdown Telemetry::collect(double wall, ExpertStep& experts) {
   StepBreakdown b;
+  if (expert_step_) {
+    experts = expert_step_();
+    b.moe_router = experts.router;
+    b.moe_dispatch = experts.dispatch;
+    b.moe_experts = experts.experts;
+    b.moe_combine = experts.combine;
+  }
+  if (expert_stats_) {
+    const double now = expert_stats_->total(CollectiveOp::kAllToAll).seconds;
+    b.expert_all_to_all = now - expert_all_to_all_before_;
+    expert_all_to_all_before_ = now;
+  }
   auto phase = [&](Phase p) { return phase_seconds_[static_cast<size_t>(p)]; };
   b.forward = phase(Phase::kForward);
   b.backward = phase(Phase::kBackward);
@@ -184,7 +203,9 @@ StepBreakdown Telemetry::collect(double wall) {
 
 void Telemetry::end_step(StepRecord record, bool print) {
   const auto now = Clock::now();
-  last_ = collect(started_ ? std::chrono::duration<double>(now - last_step_end_).count() : 0.0);
+  ExpertStep experts;
+  last_ = collect(started_ ? std::chrono::duration<double>(now - last_step_end_).count() : 0.0, experts);
+  record.expert_load = std::move(experts.load);
   last_step_end_ = now;
   started_ = true;
   ++steps_seen_;
@@ -208,6 +229,7 @@ void Telemetry::end_step(StepRecord record, bool print) {
     for (int i = 0; i < 6; ++i)
       record.tensor_parallel_bus_bytes[static_cast<size_t>(i)] = layer_stats_->total(kOps[i]).bus_bytes;
   }
+  if (expert_stats_) record.expert_all_to_all_bus_bytes = expert_stats_->total(CollectiveOp::kAllToAll).bus_bytes;
   for (auto& sink : sinks_) sink->on_step(record);
   window_.push_back(last_);
   if (print && config_.wall_clock_breakdown) print_breakdown(record.step);

@@ -39,6 +39,10 @@ struct StepRecord {
   SwapTraffic swap;
   std::array<double, 6> bus_bytes{};  // sent per collective op since the start (CollectiveOp order)
   std::array<double, 6> tensor_parallel_bus_bytes{};  // the same in the layers' tensor-parallel collectives
+  // Mixtures of experts: the step's tokens per expert from this rank (per MoE layer), and what
+  // the expert-parallel exchange sent since the start.
+  std::vector<ExpertStep::Layer> expert_load;
+  double expert_all_to_all_bus_bytes = 0;
 };
 
 class StepSink {
@@ -89,7 +93,8 @@ class Telemetry {
   void on_wait(double seconds);
 
  private:
-  StepBreakdown collect(double wall);
+  // The step's timers; `experts` gets what the model's MoE layers did (ExpertStep).
+  StepBreakdown collect(double wall, ExpertStep& experts);
   void print_breakdown(int64_t step);
   void profile_flops(const StepRecord& record);
 
@@ -99,6 +104,8 @@ class Telemetry {
   std::unique_ptr<CommsLogger> comms_;
   CommStats* layer_stats_ = nullptr;
   CommStats* expert_stats_ = nullptr;             // expert parallelism's exchange
+  double expert_all_to_all_before_ = 0;           // its all-to-all seconds at the last step
+  std::function<ExpertStep()> expert_step_;       // the MoE layers' account (null: no experts)
   std::unique_ptr<CommsLogger> expert_comms_;
   std::unique_ptr<CommsLogger> layer_comms_;
   std::vector<std::unique_ptr<StepSink>> sinks_;
@@ -119,7 +126,9 @@ class Telemetry {
 };
 
 // The sinks the config asks for (telemetry_sinks.cpp): monitors on rank 0, the metrics endpoint
-// (with the tensor-parallel group's series when `tensor_parallel`).
-std::vector<std::unique_ptr<StepSink>> make_sinks(const Config& config, World& world, bool tensor_parallel);
+// (with the tensor-parallel group's series when `tensor_parallel`; with the MoE layers' when `experts`).
+// With `experts`, the MoE series too.
+std::vector<std::unique_ptr<StepSink>> make_sinks(const Config& config, World& world, bool tensor_parallel,
+                                                  bool experts);
 
 }  // namespace zero::engine

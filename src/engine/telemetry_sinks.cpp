@@ -7,7 +7,8 @@
 
 namespace zero::engine {
 
-std::unique_ptr<StepSink> make_metrics_sink(const Config& config, World& world, bool tensor_parallel);  // metrics_sink.cpp
+std::unique_ptr<StepSink> make_metrics_sink(const Config& config, World& world, bool tensor_parallel,
+                                            bool experts);  // metrics_sink.cpp
 
 namespace {
 
@@ -42,11 +43,12 @@ class MonitorSink : public StepSink {
 
 }  // namespace
 
-std::vector<std::unique_ptr<StepSink>> make_sinks(const Config& config, World& world, bool tensor_parallel) {
+std::vector<std::unique_ptr<StepSink>> make_sinks(const Config& config, World& world, bool tensor_parallel,
+                                                  bool experts) {
   std::vector<std::unique_ptr<StepSink>> sinks;
   auto monitors = std::make_unique<MonitorSink>(config, world.process_rank());
   if (monitors->enabled()) sinks.push_back(std::move(monitors));
-  if (config.prometheus.enabled) sinks.push_back(make_metrics_sink(config, world, tensor_parallel));
+  if (config.prometheus.enabled) sinks.push_back(make_metrics_sink(config, world, tensor_parallel, experts));
   return sinks;
 }
 

@@ -22,9 +22,12 @@
 #include "models/llama/hf_model_dir.h"
 #include "models/llama/llama.h"
 #include "models/llama/llama_moe.h"
+#include "models/llama/llama_trainable.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
+#include "tests/dist/scrape.h"
 #include "zero/comm_stats.h"
+#include "zero/engine.h"
 #include "zero/estimate.h"
 #include "zero/expert_parallel.h"
 #include "zero/world.h"
@@ -283,8 +286,7 @@ TEST_F(LlamaCases, MoeRefusalsNameTheKey) {
       << "EP 1: every expert on every rank, as DeepSpeed";
 }
 
-// Expert parallelism's exchange inside the layer (zero/expert_parallel.h; the engine's side —
-// expert parameters partitioned over their expert-data-parallel group — is not built yet): at 2
+// Expert parallelism's exchange inside the layer (zero/expert_parallel.h), without the engine: at 2
 // and 4 ranks, each rank holding 4/n of mixtral_moe's experts, a forward and backward on each
 // rank's own rows gives the loss (the load-balancing loss included) the whole model gives on them,
 // the same gradient for every weight every rank holds (router, attention, norms, embedding,
@@ -302,10 +304,13 @@ TEST_F(LlamaCases, ExpertParallelLayersEqualTheWholeModel) {
   torch::manual_seed(static_cast<uint64_t>(test_world().rank()) + 1);  // each rank its own rows
   const at::Tensor tokens = torch::randint(0, hf.config.vocab_size, {3, kSeq + 1}, torch::kLong);
   const at::Tensor x = tokens.narrow(1, 0, kSeq), y = tokens.narrow(1, 1, kSeq);
-  const at::Tensor whole_loss = whole.loss(x, y), split_loss = split.loss(x, y);
+  const at::Tensor whole_loss = whole.loss(x, y);
+  const int64_t crossed_before = test_world().communicator().inter_node_bytes();
+  const at::Tensor split_loss = split.loss(x, y);
   EXPECT_NEAR(split_loss.item<double>(), whole_loss.item<double>(), 1e-6);
   whole_loss.backward();
   split_loss.backward();
+  const int64_t crossed = test_world().communicator().inter_node_bytes() - crossed_before;
   const auto whole_params = whole.named_parameters();
   int experts_seen = 0;
   for (const auto& item : whole_params) {
@@ -327,21 +332,37 @@ TEST_F(LlamaCases, ExpertParallelLayersEqualTheWholeModel) {
   // out and come back (B: the rows the others route to its experts, returned), in forward and
   // again in backward: 2 (A + B) rows of hidden_size floats to other ranks; MPI_Alltoallv sends
   // nothing else (no padding).
-  const int64_t mine = 4 / n, first = test_world().rank() * mine;
-  int64_t rows = 0;
+  // Across nodes (ctest dist_llama_np4_two_nodes: ranks {0, 1} and {2, 3}) only the rows to and
+  // from the other node's ranks cross, and each layer's forward all-gathers the counts (4 experts'
+  // int64) from the other node's ranks.
+  const int me = test_world().rank(), mine = 4 / n, first = me * mine;
+  int64_t rows = 0, rows_across = 0;
   for (const auto& layer : split.model->layers) {
     const at::Tensor counts = layer->block->moe->tokens_per_expert.contiguous();  // this rank's tokens per expert
     const at::Tensor all = zero::expert_parallel::all_gather_counts(test_world().communicator(), counts);  // [ranks, experts]
     for (int64_t e = 0; e < 4; ++e) {
-      const bool here = e >= first && e < first + mine;
-      if (!here) rows += counts[e].item<int64_t>();  // A: out to the expert's rank
-      for (int r = 0; r < n; ++r)
-        if (here && r != test_world().rank()) rows += all[r][e].item<int64_t>();  // B: in from rank r, sent back
+      const int owner = static_cast<int>(e / mine);
+      const bool across = test_world().node_of(owner) != test_world().node();
+      if (owner != me) {  // A: out to the expert's rank
+        rows += counts[e].item<int64_t>();
+        rows_across += across ? counts[e].item<int64_t>() : 0;
+      }
+      for (int r = 0; r < n; ++r) {
+        if (owner != me || r == me) continue;
+        rows += all[r][e].item<int64_t>();  // B: in from rank r, sent back
+        rows_across += test_world().node_of(r) != test_world().node() ? all[r][e].item<int64_t>() : 0;
+      }
     }
   }
   EXPECT_GT(rows, 0);
   EXPECT_EQ(stats->total(zero::CollectiveOp::kAllToAll).bus_bytes, static_cast<double>(2 * rows * hf.config.hidden_size * 4));
   EXPECT_EQ(stats->total(zero::CollectiveOp::kAllToAll).calls, 2 /*layers*/ * 4);
+  if (test_world().num_nodes() > 1) {
+    ASSERT_EQ(n % test_world().local_size(), 0) << "equal nodes";
+    EXPECT_GT(rows_across, 0);
+    // (An all-gather across equal nodes sends each chunk once to each other node.)
+    EXPECT_EQ(crossed, 2 * rows_across * hf.config.hidden_size * 4 + 2 /*layers*/ * (test_world().num_nodes() - 1) * 4 * 8);
+  }
 }
 
 // Checkpoints with expert parallelism name every expert as the whole model does (each rank writes
@@ -388,4 +409,69 @@ TEST_F(LlamaCases, ExpertParallelCheckpointsResumeAtAnyLayout) {
     resume(ep, half, (scratch.root / ("resume_ep" + std::to_string(ep) + "_half" + std::to_string(test_world().rank() / 2))).string());
   }
   test_world().communicator().barrier({.async = false});
+}
+
+// What an operator watches of a MoE step (wall_clock_breakdown, comms logger, Prometheus) at EP 2
+// on 2 ranks, stage 2: the MoE layers' forward time by part and the exchange's all-to-all time;
+// on the endpoint each layer's tokens per expert in the last step — this rank's routed pairs,
+// 16 tokens × top 2 per layer — and its busiest expert over the mean, the exchange's bytes
+// (exactly what it counted) and its time.
+TEST_F(LlamaCases, MoeStepIsObserved) {
+  if (test_world().size() != 2) GTEST_SKIP() << "at 2 ranks";
+  const int base_port = scrape::shared_base_port();
+  zero::Config config = zero::Config::parse(
+      R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": true,
+          "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "wall_clock_breakdown": true,
+          "comms_logger": {"enabled": true}, "expert_parallel": {"enabled": true, "autoep_size": 2},
+          "prometheus": {"enabled": true, "host": "127.0.0.1", "port": )" + std::to_string(base_port) + "}}");
+  config.resolve({.world_size = test_world().size()});
+  const zero::llama::HfModel hf = zero::llama::open_hf_model((cases_dir() / "mixtral_moe" / "model").string());
+  const auto model = zero::llama::make_llama(hf, config, test_world());
+  const zero::ModelParallelOptions layers = model->model_parallel();
+  ASSERT_TRUE(layers.expert_step && layers.expert_stats);
+  zero::Engine engine(model->module(), config, test_world(), {}, layers);
+  torch::manual_seed(static_cast<uint64_t>(test_world().rank()) + 1);
+  const at::Tensor tokens = torch::randint(0, hf.config.vocab_size, {1, kSeq + 1}, torch::kLong);
+  std::vector<zero::models::TrainableModel::ExpertLoad> before;
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) before = model->tokens_per_expert();
+    const at::Tensor loss = engine.forward([&] { return model->loss(tokens.narrow(1, 0, kSeq), tokens.narrow(1, 1, kSeq)); });
+    engine.backward(loss);
+    engine.step();
+  }
+  const zero::StepBreakdown b = engine.last_step_breakdown();
+  for (double part : {b.moe_router, b.moe_dispatch, b.moe_experts, b.moe_combine, b.expert_all_to_all}) EXPECT_GT(part, 0);
+  EXPECT_LT(b.moe_router + b.moe_dispatch + b.moe_experts + b.moe_combine, b.forward + b.backward);
+  EXPECT_NE(engine.comms_summary().find("expert-parallel"), std::string::npos) << engine.comms_summary();
+
+  const std::string text = scrape::metrics(base_port + test_world().local_rank());
+  const std::string labels = "{rank=\"" + std::to_string(test_world().rank()) + "\",job_name=\"zerocpp\"";
+  const std::vector<zero::models::TrainableModel::ExpertLoad> after = model->tokens_per_expert();
+  ASSERT_EQ(after.size(), 2u);
+  for (size_t l = 0; l < after.size(); ++l) {
+    const std::string layer = ",layer=\"" + std::to_string(after[l].layer) + "\"";
+    int64_t sum = 0, busiest = 0;
+    for (size_t e = 0; e < after[l].tokens.size(); ++e) {
+      const int64_t step_tokens = after[l].tokens[e] - before[l].tokens[e];
+      const std::string value = scrape::series_value(
+          text, "deepspeed:moe_tokens_per_expert" + labels + layer + ",expert=\"" + std::to_string(e) + "\"}");
+      ASSERT_FALSE(value.empty()) << text;
+      EXPECT_EQ(std::stod(value), static_cast<double>(step_tokens)) << "layer " << l << " expert " << e;
+      sum += step_tokens;
+      busiest = std::max(busiest, step_tokens);
+    }
+    EXPECT_EQ(sum, kSeq * 2) << "each token's top 2";
+    const std::string imbalance = scrape::series_value(text, "deepspeed:moe_load_imbalance" + labels + layer + "}");
+    ASSERT_FALSE(imbalance.empty()) << text;
+    EXPECT_NEAR(std::stod(imbalance), static_cast<double>(busiest) / (static_cast<double>(sum) / 4), 1e-9);
+  }
+  const std::string sent = scrape::series_value(
+      text, "deepspeed:collective_bytes_total" + labels + ",op=\"all_to_all\",group=\"expert_parallel\"}");
+  ASSERT_FALSE(sent.empty()) << text;
+  const double exchanged = layers.expert_stats->total(zero::CollectiveOp::kAllToAll).bus_bytes;
+  EXPECT_GT(exchanged, 0);
+  EXPECT_EQ(std::stod(sent), exchanged);
+  const std::string all_to_all = scrape::series_value(text, "deepspeed:moe_seconds" + labels + ",part=\"all_to_all\"}");
+  ASSERT_FALSE(all_to_all.empty()) << text;
+  EXPECT_NEAR(std::stod(all_to_all), b.expert_all_to_all, 1e-9 + 1e-6 * b.expert_all_to_all);
 }

@@ -4,10 +4,7 @@
 // 1e-5 at every ZeRO stage. The reference never splits anything, so a wrong slice, a missing all-reduce,
 // a gradient summed twice over the group or a batch counted over the whole world shows in the
 // first steps (SGD at lr 0.5 moves every weight by its whole gradient).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -24,6 +21,7 @@
 #include "zero/tensor_parallel.h"
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
+#include "tests/dist/scrape.h"
 #include "tests/dist/scratch_dir.h"
 #include "zero/error.h"
 #include "zero/world.h"
@@ -440,37 +438,6 @@ TEST_F(LlamaCases, VocabularyParallelLossHoldsOnlyItsSliceOfTheLogits) {
   }
 }
 
-namespace {
-
-// GET /metrics from this host's `port`, as a scraper does (HTTP/1.0: the server closes when done).
-std::string scrape(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string text;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) text.append(buffer, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  return text;
-}
-
-// The value of the series whose line begins with `series` ("" when absent).
-std::string series_value(const std::string& text, const std::string& series) {
-  const size_t at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return "";
-  const size_t begin = at + series.size() + 2;
-  return text.substr(begin, text.find('\n', begin) - begin);
-}
-
-}  // namespace
-
 // The comms logger and the Prometheus endpoint count the tensor-parallel group's collectives as
 // its own, beside the data-parallel group's: at TP 2 each all-reduce of the layers sends its whole
 // message (2(n-1)/n = 1), (4L + 2)·B·T·hidden + 3·B·T fp32 elements per step, exactly.
@@ -478,10 +445,7 @@ TEST_F(LlamaCases, CommsLoggerAndPrometheusCountEachGroupsBytes) {
   if (!world_splits_in_two()) GTEST_SKIP() << "a world of odd size";
   zero::ParallelGrid grid(test_world(), 2);
   const auto model = memory_case_model(&grid);
-  int base_port = 20000 + static_cast<int>(::getpid() % 20000);  // this host's ranks serve base + local rank
-  at::Tensor port = torch::tensor({base_port}, torch::kInt);
-  test_world().communicator().broadcast(port, 0, {.async = false});
-  base_port = port.item<int>();
+  const int base_port = scrape::shared_base_port();
   zero::Config config = zero::Config::parse(
       R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 1}, "zero_allow_untested_optimizer": true,
           "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
@@ -507,10 +471,10 @@ TEST_F(LlamaCases, CommsLoggerAndPrometheusCountEachGroupsBytes) {
                              " bytes", layers),
             std::string::npos)
       << summary;
-  const std::string text = scrape(base_port + test_world().local_rank());
+  const std::string text = scrape::metrics(base_port + test_world().local_rank());
   const std::string labels = "{rank=\"" + std::to_string(test_world().rank()) + "\",job_name=\"zerocpp\",op=\"all_reduce\",group=\"";
-  const std::string tensor_parallel = series_value(text, "deepspeed:collective_bytes_total" + labels + "tensor_parallel\"}");
+  const std::string tensor_parallel = scrape::series_value(text, "deepspeed:collective_bytes_total" + labels + "tensor_parallel\"}");
   ASSERT_FALSE(tensor_parallel.empty()) << text;
   EXPECT_EQ(std::stod(tensor_parallel), static_cast<double>(sent));
-  EXPECT_FALSE(series_value(text, "deepspeed:collective_bytes_total" + labels + "data_parallel\"}").empty()) << text;
+  EXPECT_FALSE(scrape::series_value(text, "deepspeed:collective_bytes_total" + labels + "data_parallel\"}").empty()) << text;
 }
