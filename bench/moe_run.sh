@@ -5,7 +5,10 @@
 # independent reference (tests/reference/hf_llama.py), zero-train --model on 2 ranks at ZeRO
 # stage 2, fp32, AdamW, sequences of 256, 2 rows per rank; the MoE model at EP 1 (every expert on
 # every rank) and EP 2 (4 experts per rank, tokens exchanged with MPI_Alltoallv). Prints the median
-# step, tokens/s and the exchange's bytes per step and rank.
+# step, tokens/s and the exchange's bytes per step and rank; then where each step's time goes
+# (wall_clock_breakdown: forward, backward, optimizer step, and inside the MoE layers' forwards
+# the router, dispatch, experts and combine, and the exchange's all-to-all time), the median over
+# the timed steps of the mean over the ranks.
 #   bench/moe_run.sh [STEPS]     (default 8 timed steps after 2 warm-up steps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,20 +17,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 python=/usr/bin/python3  # Debian's, with python3-torch
-perl -e 'local $/; my $b = <STDIN>; print pack("l<256", 20240520, 1, length $b, (0) x 253), pack("S<*", unpack("C*", $b));' \
-  < README.md > "$tmp/tokens.bin"
-common='"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
-  "vocab_size": 4096, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false'
-echo "{\"architectures\": [\"MixtralForCausalLM\"], \"model_type\": \"mixtral\", $common, \"intermediate_size\": 512,
-  \"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"output_router_logits\": false}" > "$tmp/moe.json"
-echo "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", $common, \"intermediate_size\": 1024}" > "$tmp/dense.json"
-for m in moe dense; do
-  "$python" tests/reference/hf_llama.py make "$tmp/$m" --config "$tmp/$m.json" --seed 1 --dtype F32 > /dev/null
-done
+bench/moe_model.sh "$tmp"
 run() {  # run NAME MODEL EP
   local log=$tmp/$1.log
   cat > "$tmp/ds.json" <<JSON
 {"train_micro_batch_size_per_gpu": $rows, "gradient_clipping": 1.0, "zero_optimization": {"stage": 2},
+ "wall_clock_breakdown": true, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}$([[ $3 -gt 1 ]] && echo ", \"expert_parallel\": {\"enabled\": true, \"autoep_size\": $3}")}
 JSON
   build/apps/zero-run -n 2 build/apps/zero-train --model "$tmp/$2" --train-data "$tmp/tokens.bin" --seq-len $seq \
@@ -43,6 +38,12 @@ state = int(re.search(r"model state ([0-9]+) bytes", rss).group(1))
 exchange = next((l for l in lines if "expert-parallel exchange" in l), "")
 sent = re.search(r"\(([0-9]+) to other ranks\)", exchange)
 print(f"| {name} | {ms:.0f} | {tokens / ms * 1e3:.0f} | {state / 1e6:.1f} | {int(sent.group(1)) / 1e6 if sent else 0:.2f} |")
+# wall_clock_breakdown's lines: "| name: mean/min/max" in ms, one per step; the timed steps' median.
+fields = ["fwd", "bwd", "step", "moe_router", "moe_dispatch", "moe_experts", "moe_combine", "expert_all_to_all"]
+rows = [dict((k, float(v)) for k, v in re.findall(r"\| (\w+): ([0-9.]+)/", l)) for l in lines if "time (ms) per step" in l]
+rows = rows[warmup:]
+with open(log + ".breakdown", "w") as f:
+    f.write(f"| {name} | " + " | ".join(f"{statistics.median(r.get(k, 0) for r in rows):.1f}" for k in fields) + " |\n")
 PY
 }
 echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w 'avx2\|fma\|avx512f\|avx512_bf16\|amx_bf16' | tr '\n' ' ')"
@@ -51,3 +52,8 @@ echo "| --- | ---: | ---: | ---: | ---: |"
 run "dense Llama (MLP 1024)" dense 1
 run "Mixtral-shaped, EP 1" moe 1
 run "Mixtral-shaped, EP 2" moe 2
+echo
+echo "Where the step goes (ms, median over the timed steps of the mean over the 2 ranks; moe_*: inside the MoE layers' forwards)"
+echo "| run | fwd | bwd | step | moe_router | moe_dispatch | moe_experts | moe_combine | expert_all_to_all (fwd + bwd) |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+cat "$tmp"/*.log.breakdown
