@@ -34,10 +34,11 @@ struct Scratch : ScratchDir {
 };
 
 // `tensor_parallel`, `pipeline_stages`: the config's autotp_size and pp_size (the data-parallel
-// ranks are the world over both).
-TrainingArguments arguments(const Scratch& scratch, int stage, int tensor_parallel = 1, int pipeline_stages = 1) {
-  const std::string name =
-      "stage" + std::to_string(stage) + "tp" + std::to_string(tensor_parallel) + "pp" + std::to_string(pipeline_stages);
+// ranks are the world over both); `expert_parallel`: autoep_size, for `model` "model_moe".
+TrainingArguments arguments(const Scratch& scratch, int stage, int tensor_parallel = 1, int pipeline_stages = 1,
+                            int expert_parallel = 1, const std::string& model = "model") {
+  const std::string name = "stage" + std::to_string(stage) + "tp" + std::to_string(tensor_parallel) + "pp" +
+                           std::to_string(pipeline_stages) + "ep" + std::to_string(expert_parallel);
   const std::string config = (scratch.root / (name + ".json")).string();
   if (test_world().rank() == 0) {
     std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -45,12 +46,16 @@ TrainingArguments arguments(const Scratch& scratch, int stage, int tensor_parall
                           << R"(, "reduce_bucket_size": 5000, "overlap_comm": true,
       "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "SGD", "params": {"lr": "auto"}},
       "tensor_parallel": {"autotp_size": )" << tensor_parallel << R"(}, "pipeline_parallel": {"pp_size": )"
-                          << pipeline_stages << "}}";
+                          << pipeline_stages << "}"
+                          << (expert_parallel > 1
+                                  ? R"(, "expert_parallel": {"enabled": true, "autoep_size": )" + std::to_string(expert_parallel) + "}"
+                                  : "")
+                          << "}";
   }
   test_world().communicator().barrier({.async = false});
   TrainingArguments a;
   a.deepspeed = config;
-  a.model_name_or_path = (cases_dir() / "model").string();
+  a.model_name_or_path = (cases_dir() / model).string();
   a.dataset = (cases_dir() / "data.json").string();
   a.output_dir = (scratch.root / ("out" + name)).string();
   a.per_device_train_batch_size = 2;
@@ -162,6 +167,29 @@ TEST(Finetune, MaskedLossEqualsTheReferenceInPipelineStages) {
       const zero::finetune::FinetuneResult resumed = zero::finetune::finetune(args, test_world(), nullptr);
       ASSERT_EQ(resumed.step_losses.size(), 1u) << what;
       EXPECT_NEAR(resumed.step_losses[0], reference[2], 1e-5) << what << ", resumed at step 3";
+    }
+  }
+}
+
+// A Mixtral-shaped model (4 experts, top 2) from zero-finetune's config alone, its experts split
+// over expert-parallel groups of 2 (at 4 ranks, each expert's states over its 2 twins), at stages
+// 2 and 3 (2 ranks) and 3 (4 ranks): the reference's losses (transformers' eager MoE block; every token kept) and its
+// evaluations.
+TEST(Finetune, MixtureOfExpertsWithExpertParallelismEqualsTheReference) {
+  if (cases_dir().empty()) GTEST_FAIL() << "ZERO_FINETUNE_CASES is not set (CTest's finetune_cases fixture sets it)";
+  if (test_world().size() != 2 && test_world().size() != 4) GTEST_SKIP() << "at 2 and 4 ranks";
+  std::ifstream in(cases_dir() / "expected_moe.json");
+  const auto reference = nlohmann::json::parse(in)["losses"].get<std::vector<double>>();
+  Scratch scratch;
+  for (int stage : test_world().size() == 2 ? std::vector<int>{2, 3} : std::vector<int>{3}) {
+    const zero::finetune::FinetuneResult result =
+        zero::finetune::finetune(arguments(scratch, stage, 1, 1, 2, "model_moe"), test_world(), nullptr);
+    ASSERT_EQ(result.step_losses.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << "stage " << stage << " step " << i + 1;
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
+          << "stage " << stage << " evaluation after step " << i + 1;
     }
   }
 }
