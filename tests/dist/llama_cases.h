@@ -36,16 +36,18 @@ inline nlohmann::json expected(const std::string& name, const std::string& file 
   return nlohmann::json::parse(in);
 }
 
-// extra: more top-level blocks, such as R"("bf16": {"enabled": true})" (none: fp32).
+// extra: more top-level blocks, such as R"("bf16": {"enabled": true})" (none: fp32); zero_extra:
+// more zero_optimization keys, such as R"("offload_optimizer": {"device": "cpu"})".
 inline std::string config(int stage, const std::string& optimizer, const std::string& extra = "",
-                   int64_t bucket_elements = 2000) {
+                          int64_t bucket_elements = 2000, const std::string& zero_extra = "") {
   const std::string opt = optimizer == "sgd"
                               ? R"({"type": "SGD", "params": {"lr": 0.5}})"
                               : R"({"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.95], "eps": 1e-8,
                                     "weight_decay": 0.1}})";
   // Small buckets by default: several reductions in flight per step at stages 0-2.
   return R"({"train_batch_size": 12, "zero_allow_untested_optimizer": true, "zero_optimization": {"stage": )" + std::to_string(stage) +
-         R"(, "reduce_bucket_size": )" + std::to_string(bucket_elements) + R"(, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
+         R"(, "reduce_bucket_size": )" + std::to_string(bucket_elements) + R"(, "overlap_comm": true, "stage3_param_persistence_threshold": 0)" +
+         (zero_extra.empty() ? "" : ", " + zero_extra) + R"(},
             )" + (extra.empty() ? "" : extra + ", ") + R"("optimizer": )" + opt + "}";
 }
 

@@ -26,6 +26,7 @@
 #include "tests/dist/dist_test_world.h"
 #include "tests/dist/llama_cases.h"
 #include "tests/dist/scrape.h"
+#include "tests/dist/scratch_dir.h"
 #include "zero/comm_stats.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
@@ -43,12 +44,14 @@ constexpr int kParts = 4;  // each step's data-parallel ranks x micro-batches, a
 bool divides_parts() { return kParts % test_world().size() == 0; }
 
 TrainerOptions moe_options(const std::string& name, int stage, const std::string& optimizer,
-                           const std::string& extra = "", int ranks = test_world().size()) {
+                           const std::string& extra = "", int ranks = test_world().size(),
+                           const std::string& zero_extra = "") {
   TrainerOptions o = options(name, stage, optimizer, 10);
   o.config_text = config(stage, optimizer,
                          R"("train_micro_batch_size_per_gpu": )" + std::to_string(kRows / kParts) +
                              R"(, "gradient_accumulation_steps": )" + std::to_string(kParts / ranks) +
-                             (extra.empty() ? "" : ", " + extra));
+                             (extra.empty() ? "" : ", " + extra),
+                         2000, zero_extra);
   return o;
 }
 
@@ -141,6 +144,21 @@ TEST_F(LlamaCases, MoeTrajectoriesFollowTheReference) {
         EXPECT_EQ(r.expert_parallel_all_to_all.calls, 10 * (kParts / test_world().size()) * 2 * 4) << what;
         EXPECT_GT(r.expert_parallel_all_to_all.bus_bytes, 0) << what;
       }
+    }
+    // Offloaded as dense models are: the optimizer's states in CPU memory at stage 2, on NVMe at
+    // stage 3 with the parameters' shards in CPU memory (the expert buckets' shards stream through
+    // the swap files beside the dense ones).
+    const ScratchDir swap("zerocpp_moe_swap");
+    const std::string swap_dir = swap.root.string();
+    for (const auto& [stage, offload] :
+         {std::pair<int, std::string>{2, R"("offload_optimizer": {"device": "cpu"})"},
+          {3, R"("offload_optimizer": {"device": "nvme", "nvme_path": ")" + swap_dir +
+                  R"("}, "offload_param": {"device": "cpu"})"}}) {
+      const std::string what = "mixtral_moe EP " + std::to_string(ep) + ", adamw, stage " + std::to_string(stage) + ", offloaded";
+      const TrainerResult r = train_model(
+          moe_options("mixtral_moe", stage, "adamw", expert_parallel_block(ep), test_world().size(), offload),
+          test_world(), nullptr);
+      expect_reference(losses(r), expected("mixtral_moe")["adamw"]["losses"].get<std::vector<double>>(), what);
     }
     // Qwen2-MoE: the shared expert and the router stay dense, a dense layer between MoE ones.
     for (const auto& [name, stage] : {std::pair<std::string, int>{"qwen2_moe_dense", 3}, {"qwen2_moe_norm", 1}}) {
