@@ -64,6 +64,12 @@ struct MemoryReport {
   int64_t total() const {
     return parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers + secondary_partition;
   }
+  // Expert parallelism: of parameters (without stage 3's spare gather buffers), gradients, master
+  // weights and optimizer state, the expert buckets' own bytes; the rest is the dense weights'.
+  struct Experts {
+    int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
+    int64_t total() const { return parameters + gradients + master_weights + optimizer_state; }
+  } experts;
 };
 
 // NVMe offload (ZeRO-Infinity): bytes moved between host memory and this rank's swap files since

@@ -446,8 +446,11 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
     // What an operator compares across runs and tools: the largest peak RSS of any rank, and this
     // rank's model-state bytes (parameters, gradients, master weights, optimizer state, buckets).
     const std::vector<int64_t> rss = models::peak_rss_per_rank(world);
-    report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank; per rank: {}), model state {} bytes on rank 0",
-                            *std::max_element(rss.begin(), rss.end()), fmt::join(rss, " "), engine.memory_report().total()));
+    const MemoryReport memory = engine.memory_report();
+    report.line(fmt::format("zero-train: peak RSS {} KiB (largest rank; per rank: {}), model state {} bytes on rank 0{}",
+                            *std::max_element(rss.begin(), rss.end()), fmt::join(rss, " "), memory.total(),
+                            memory.experts.total() > 0 ? fmt::format(" ({} of them the experts')", memory.experts.total())
+                                                       : std::string()));
     const SwapTraffic swap = engine.swap_traffic();
     if (swap.bytes_read + swap.bytes_written > 0 && timed_steps > 0) {
       report.line(fmt::format(

@@ -265,6 +265,7 @@ class BucketGroup {
 
   // --- What it holds (MemoryReport) ---
   int64_t gradient_bytes() const;  // the gradient buffer (stages 0/1) or the accumulator (2/3)
+  int64_t gradient_bytes_of(int b) const;  // bucket b's part of it
   int64_t staging_bytes() const { return pool_bytes_; }
   int64_t shard_bytes() const;      // stage 3's persistent shards in memory
   int64_t secondary_bytes() const;  // hpZ

@@ -284,6 +284,13 @@ int64_t BucketGroup::gradient_bytes() const {
   return held.defined() ? static_cast<int64_t>(held.nbytes()) : 0;
 }
 
+int64_t BucketGroup::gradient_bytes_of(int b) const {
+  const at::Tensor& held = streamed() ? accumulator_ : gradients_;
+  if (!held.defined()) return 0;
+  const layout::Bucket& bucket = buckets_[static_cast<size_t>(b)].layout();
+  return (streamed() ? bucket.shard : bucket.padded) * static_cast<int64_t>(held.element_size());
+}
+
 int64_t BucketGroup::shard_bytes() const {
   int64_t total = 0;
   for (const Bucket& bucket : buckets_) total += bucket.shard_bytes();

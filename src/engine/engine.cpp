@@ -488,6 +488,14 @@ MemoryReport Engine::memory_report() const {
   r.gathered_peak = s.buckets->gathered_peak_bytes();
   r.secondary_partition = s.buckets->secondary_bytes();
   r.gather_buffers = s.flat->spare_bytes();
+  const auto& layout_buckets = s.flat->layout().buckets();
+  for (int b = 0; b < static_cast<int>(layout_buckets.size()); ++b) {
+    if (layout_buckets[static_cast<size_t>(b)].replica_group != 1) continue;  // (group 1: the experts)
+    r.experts.parameters += s.flat->bytes_of(b) + s.buckets->bucket(b).shard_bytes();
+    r.experts.gradients += s.buckets->gradient_bytes_of(b);
+    r.experts.master_weights += s.partition->master_bytes_of(b);
+    r.experts.optimizer_state += s.partition->state_bytes_of(b);
+  }
   return r;
 }
 

@@ -121,6 +121,11 @@ int64_t FlatParams::spare_bytes() const {
   return total;
 }
 
+int64_t FlatParams::bytes_of(int b) const {
+  const BucketMemory& m = memory_[static_cast<size_t>(b)];
+  return m.held && !m.aliased ? static_cast<int64_t>(m.buffer.nbytes()) : 0;
+}
+
 int64_t FlatParams::bytes() const {
   int64_t total = 0;
   for (const BucketMemory& m : memory_) total += m.held && !m.aliased ? static_cast<int64_t>(m.buffer.nbytes()) : 0;

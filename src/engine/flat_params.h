@@ -41,6 +41,7 @@ class FlatParams {
   const at::Tensor& buffer(int b) const { return memory_[static_cast<size_t>(b)].buffer; }
   at::Tensor shard(const at::Tensor& bucket_buffer, int b, int rank) const;
   int64_t bytes() const;  // all buffers not released
+  int64_t bytes_of(int b) const;  // bucket b's, when held
   // Without groups (stages 0-2): one tensor holding every bucket buffer back to back, in bucket
   // order (so with one partition it is exactly a rank's owned buffer); undefined with groups.
   const at::Tensor& whole() const { return whole_; }

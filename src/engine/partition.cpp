@@ -302,6 +302,18 @@ void Partition::take_parameters(int b) {
   if (!bucket.persistent() && !master_is_shards_) bucket.write_shard(0, shard);
 }
 
+int64_t Partition::master_bytes_of(int b) const {
+  if (master_is_params_ || swap_) return 0;
+  return static_cast<int64_t>(master(b).nbytes()) - (master_is_shards_ ? buckets_->bucket(b).shard_bytes() : 0);
+}
+
+int64_t Partition::state_bytes_of(int b) const {
+  // The optimizer's states are flat over the owned shards, bucket after bucket: each has b's run.
+  int64_t owned = 0;
+  for (const auto& bucket : flat_.layout().buckets()) owned += bucket.shard;
+  return owned == 0 ? 0 : state_bytes() / owned * flat_.layout().buckets()[static_cast<size_t>(b)].shard;
+}
+
 int64_t Partition::master_bytes() const {
   // Where the units' shards are the master, those bytes count once, as parameters.
   if (master_is_params_ || swap_) return 0;

@@ -112,6 +112,9 @@ class Partition {
 
   int64_t master_bytes() const;  // what MemoryReport::master_weights counts
   int64_t state_bytes() const { return optimizer_->state_bytes(); }
+  // Bucket b's part of the two above (its owned shard's).
+  int64_t master_bytes_of(int b) const;
+  int64_t state_bytes_of(int b) const;
   bool swapped() const { return swap_ != nullptr; }
   int64_t swap_buffer_bytes() const {
     return (swap_ ? swap_->buffer_bytes() : 0) + (stream_ ? stream_->buffer_bytes() : 0);

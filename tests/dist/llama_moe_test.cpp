@@ -140,6 +140,11 @@ TEST_F(LlamaCases, MoeTrajectoriesFollowTheReference) {
         EXPECT_EQ(r.memory.master_weights, formula.master_weights) << what;
         EXPECT_EQ(r.memory.optimizer_state, formula.optimizer_state) << what;
         EXPECT_GT(formula.experts.total(), 0) << what;
+        // The experts' part of each, as the engine holds it (MemoryReport::experts).
+        EXPECT_EQ(r.memory.experts.parameters, formula.experts.parameters) << what;
+        EXPECT_EQ(r.memory.experts.gradients, formula.experts.gradients) << what;
+        EXPECT_EQ(r.memory.experts.master_weights, formula.experts.master_weights) << what;
+        EXPECT_EQ(r.memory.experts.optimizer_state, formula.experts.optimizer_state) << what;
         // The exchange is counted: 4 all-to-alls per MoE layer and micro-step (2 layers).
         EXPECT_EQ(r.expert_parallel_all_to_all.calls, 10 * (kParts / test_world().size()) * 2 * 4) << what;
         EXPECT_GT(r.expert_parallel_all_to_all.bus_bytes, 0) << what;
