@@ -23,14 +23,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-bin=$PWD/build/apps cluster=$PWD/scripts/cluster
-work=$(mktemp -d "${TMPDIR:-/tmp}/moe_cluster.XXXXXX")
-trap '"$cluster" down >/dev/null 2>&1; rm -rf "$work"' EXIT
-export OMP_NUM_THREADS=1
+source bench/cluster_common.sh
 bench/moe_model.sh "$work"
 echo "model: Mixtral-shaped (bench/moe_model.sh), fp32, AdamW, ZeRO stage 2; 2 hosts x 2 ranks at $rate; 2 rows x $seq tokens per rank per step"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(getconf _NPROCESSORS_ONLN) cores;" \
-  "flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w 'avx2\|fma\|avx512f\|avx512_bf16\|amx_bf16' | tr '\n' ' ')"
+cpu_line
 "$cluster" up 2 --rate "$rate" >/dev/null
 "$cluster" hostfile 2 >"$work/hosts"
 link() { "$cluster" bytes | awk '$1 == "zc-node1" {print $2, $4}'; }  # zc-node1's sent and received bytes

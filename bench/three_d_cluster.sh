@@ -23,14 +23,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-bin=$PWD/build/apps cluster=$PWD/scripts/cluster
-work=$(mktemp -d "${TMPDIR:-/tmp}/three_d_cluster.XXXXXX")
-trap '"$cluster" down >/dev/null 2>&1; rm -rf "$work"' EXIT
-export OMP_NUM_THREADS=1
+source bench/cluster_common.sh
 bench/tensor_parallel_model.sh "$work" "$layers" "$vocab"
 echo "model: Qwen2.5-0.5B's layers x $layers, vocabulary $vocab, bf16, AdamW; 2 hosts x 4 ranks at $rate; 8 rows x $seq tokens per step"
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(getconf _NPROCESSORS_ONLN) cores;" \
-  "flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w 'avx2\|fma\|avx512f\|avx512_bf16\|amx_bf16' | tr '\n' ' ')"
+cpu_line
 "$cluster" up 2 --rate "$rate" >/dev/null
 "$cluster" hostfile 4 >"$work/hosts"
 host_bytes() { "$cluster" bytes | awk '$1 == "zc-node1" {print $2}'; }

@@ -77,6 +77,18 @@ TrainingArguments arguments(const Scratch& scratch, int stage, int tensor_parall
   return a;
 }
 
+// A 3-step run against the reference's losses: each step's, and the evaluations after steps 1 and
+// 2 (the Trainer's log: per step its loss, then the evaluation) equal to the next steps' losses.
+void expect_reference(const zero::finetune::FinetuneResult& result, const std::vector<double>& reference,
+                      const std::string& what) {
+  ASSERT_EQ(result.step_losses.size(), 3u) << what;
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << what << ", step " << i + 1;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
+        << what << ", evaluation after step " << i + 1;
+  }
+}
+
 }  // namespace
 
 TEST(Finetune, MaskedLossEqualsTheReferenceAtStages0And3) {
@@ -88,17 +100,11 @@ TEST(Finetune, MaskedLossEqualsTheReferenceAtStages0And3) {
   Scratch scratch;
   for (int stage : {0, 3}) {
     const zero::finetune::FinetuneResult result = zero::finetune::finetune(arguments(scratch, stage), test_world(), nullptr);
-    ASSERT_EQ(result.step_losses.size(), 3u);
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << "stage " << stage << " step " << i + 1;
     // The Trainer's log: per step its loss (rounded to 4 places) and the evaluation, then the summary.
     ASSERT_EQ(result.log_history.size(), 7u);
     EXPECT_NEAR(result.log_history[0]["loss"].get<double>(), reference[0], 5e-5);
     EXPECT_EQ(result.log_history[4]["step"], 3);
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
-          << "stage " << stage << " evaluation after step " << i + 1;
-    }
+    expect_reference(result, reference, "stage " + std::to_string(stage));
   }
 }
 
@@ -113,15 +119,8 @@ TEST(Finetune, MaskedLossEqualsTheReferenceUnderTensorParallelism) {
   const auto reference = nlohmann::json::parse(in)["losses"].get<std::vector<double>>();
   Scratch scratch;
   for (int stage : {3}) {
-    const zero::finetune::FinetuneResult result =
-        zero::finetune::finetune(arguments(scratch, stage, 2), test_world(), nullptr);
-    ASSERT_EQ(result.step_losses.size(), 3u);
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << "stage " << stage << " step " << i + 1;
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
-          << "stage " << stage << " evaluation after step " << i + 1;
-    }
+    expect_reference(zero::finetune::finetune(arguments(scratch, stage, 2), test_world(), nullptr), reference,
+                     "TP 2, stage " + std::to_string(stage));
   }
 }
 
@@ -151,12 +150,7 @@ TEST(Finetune, MaskedLossEqualsTheReferenceInPipelineStages) {
         args.save_steps = 2;
       }
       const zero::finetune::FinetuneResult result = zero::finetune::finetune(args, test_world(), nullptr);
-      ASSERT_EQ(result.step_losses.size(), 3u) << what;
-      for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << what << ", step " << i + 1;
-      for (size_t i = 0; i < 2; ++i) {
-        EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
-            << what << ", evaluation after step " << i + 1;
-      }
+      expect_reference(result, reference, what);
       if (!saves) continue;
       // checkpoint-2 holds every stage's part and the model joined from the stages; resumed from
       // it, the third step's loss is the reference's.
@@ -182,14 +176,7 @@ TEST(Finetune, MixtureOfExpertsWithExpertParallelismEqualsTheReference) {
   const auto reference = nlohmann::json::parse(in)["losses"].get<std::vector<double>>();
   Scratch scratch;
   for (int stage : test_world().size() == 2 ? std::vector<int>{2, 3} : std::vector<int>{3}) {
-    const zero::finetune::FinetuneResult result =
-        zero::finetune::finetune(arguments(scratch, stage, 1, 1, 2, "model_moe"), test_world(), nullptr);
-    ASSERT_EQ(result.step_losses.size(), 3u);
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_NEAR(result.step_losses[i], reference[i], 1e-5) << "stage " << stage << " step " << i + 1;
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(result.log_history[2 * i + 1]["eval_loss"].get<double>(), reference[i + 1], 1e-5)
-          << "stage " << stage << " evaluation after step " << i + 1;
-    }
+    expect_reference(zero::finetune::finetune(arguments(scratch, stage, 1, 1, 2, "model_moe"), test_world(), nullptr),
+                     reference, "EP 2, stage " + std::to_string(stage));
   }
 }
