@@ -11,4 +11,5 @@ namespace bench_comm { int run(int argc, char** argv); }
 namespace bench_engine { int run(int argc, char** argv); }
 namespace bench_gpt { int run(int argc, char** argv); }
 namespace bench_limits { int run(int argc, char** argv); }
+namespace bench_profile { int run(int argc, char** argv); }
 namespace bench_swap { int run(int argc, char** argv); }
