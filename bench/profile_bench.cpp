@@ -29,6 +29,7 @@
 #include "models/llama/llama_config.h"
 #include "programs.h"
 #include "zero/allocator.h"
+#include "zero/compute.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/world.h"
@@ -159,6 +160,32 @@ std::map<std::pair<std::string, std::string>, OpTime> aggregate(const profiler::
   return ops;
 }
 
+// The fused kernels against the LibTorch ops they replace and against their memory bound
+// (bytes each must move ÷ the copy bandwidth): SwiGLU forward (reads gate and up, writes the
+// product) and backward (reads dout, gate, up; writes both gradients) at `rows` × `width`.
+void kernel_benchmarks(int64_t rows, int64_t width, at::ScalarType dtype, double stream) {
+  const at::Tensor gate_in = torch::randn({rows, width}).to(dtype), up_in = torch::randn({rows, width}).to(dtype);
+  const at::Tensor dout = torch::randn({rows, width}).to(dtype);
+  const double element = static_cast<double>(gate_in.element_size()), n = static_cast<double>(gate_in.numel());
+  fmt::print("| SwiGLU {} x {}, {} | forward ms | backward ms | forward bound ms (3 n) | backward bound ms (5 n) |\n"
+             "| --- | ---: | ---: | ---: | ---: |\n",
+             rows, width, dtype == at::kBFloat16 ? "bf16" : "fp32");
+  for (const bool fused : {false, true}) {
+    const at::Tensor gate = gate_in.clone().requires_grad_(true), up = up_in.clone().requires_grad_(true);
+    at::Tensor out;
+    const double forward = seconds_of([&] { out = fused ? zero::swiglu(gate, up) : torch::silu(gate) * up; }, 5);
+    const double backward = seconds_of(
+        [&] {
+          const at::Tensor y = fused ? zero::swiglu(gate, up) : torch::silu(gate) * up;
+          y.backward(dout);
+        },
+        5) - forward;
+    fmt::print("| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", fused ? "fused (zero::swiglu)" : "LibTorch silu · up",
+               forward * 1e3, backward * 1e3, 3 * n * element / stream * 1e3, 5 * n * element / stream * 1e3);
+  }
+  fmt::print("\n");
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -172,6 +199,8 @@ int run(int argc, char** argv) {
   app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--warmup", warmup, "steps before the profiled one")->capture_default_str();
   app.add_option("--top", top, "ops printed per phase")->capture_default_str();
+  bool kernels = false;
+  app.add_flag("--kernels", kernels, "only the fused kernels' microbenchmarks (the MLP's shape at --seq x --rows)");
   bool flush_denormal = false;
   app.add_flag("--flush-denormal", flush_denormal, "subnormal floats as zero (torch.set_flush_denormal)");
   CLI11_PARSE(app, argc, argv);
@@ -183,6 +212,11 @@ int run(int argc, char** argv) {
 
   const double peak = gemm_peak(dtype), stream = copy_bandwidth();
   const zero::llama::LlamaConfig c = zero::llama::read_llama_config(config_path);
+  if (kernels) {
+    fmt::print("bounds measured here: copy {:.1f} GB/s (256 MiB), one thread\n\n", stream / 1e9);
+    kernel_benchmarks(rows * seq, c.intermediate_size, dtype, stream);
+    return 0;
+  }
   torch::manual_seed(1);
   zero::llama::LlamaForCausalLM model(c, *zero::llama::random_weights(), dtype);
   zero::Config config = zero::Config::parse(

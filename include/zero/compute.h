@@ -34,4 +34,14 @@ at::Tensor compute(const at::Tensor& w);
 // bf16, and whole weights on every rank under stage 3, which gathers and frees them.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
+// transformers' SwiGLU, silu(gate) · up, with its backward, each one pass over memory on the CPU
+// for fp32 and bf16 (src/kernels/swiglu_kernels.h: LibTorch's numbers, bf16 rounded where its two
+// ops round; only gate and up are kept for the backward). Other dtypes, devices or shapes:
+// LibTorch's silu and mul.
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+
+// False when ZERO_FUSED_KERNELS=0: every fused op computes with LibTorch's own ops instead (to
+// compare, or to rule the kernels out).
+bool fused_kernels_enabled();
+
 }  // namespace zero

@@ -144,7 +144,7 @@ LlamaMlp::LlamaMlp(WeightSource& source, const std::vector<HfTensor>& tensors, c
 }
 
 at::Tensor LlamaMlp::forward(const at::Tensor& x) {
-  return linear(torch::silu(linear(x, *gate_proj)) * linear(x, *up_proj), *down_proj);
+  return linear(zero::swiglu(linear(x, *gate_proj), linear(x, *up_proj)), *down_proj);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryTables> r, WeightSource& source,
@@ -205,7 +205,7 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   const at::Tensor y = x + leave(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
   const at::Tensor n2 = enter(rms_norm(y, whole(post_attention_layernorm->weight), config.rms_norm_eps));
   if (moe) return y + moe->forward(n2);  // (no tensor parallelism: the model refuses it)
-  return y + leave(torch::silu(linear(n2, *mlp->gate_proj)) * linear(n2, *mlp->up_proj), *mlp->down_proj);
+  return y + leave(zero::swiglu(linear(n2, *mlp->gate_proj), linear(n2, *mlp->up_proj)), *mlp->down_proj);
 }
 
 // Causal grouped-query attention of q [B, H, T, D] over k, v [B, KV, T, D] → [B, H, T, D].
