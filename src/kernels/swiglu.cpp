@@ -1,6 +1,5 @@
 // zero::swiglu (zero/compute.h): the fused kernels (swiglu_kernels.h) as an autograd function.
 // It keeps gate and up for the backward — LibTorch's silu · up keeps silu(gate) besides.
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
@@ -8,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/in_chunks.h"
 #include "kernels/swiglu_kernels.h"
 #include "zero/compute.h"
 
@@ -17,16 +17,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// fn(offset, length) over chunks shared among LibTorch's intra-op threads (one per rank in the
-// engine's setting): the kernels give every element the same bits whichever chunk holds it.
-template <class Fn>
-void in_chunks(int64_t n, Fn&& fn) {
-  constexpr int64_t kChunk = 1 << 15;
-  if (n <= kChunk || at::get_num_threads() == 1) return fn(int64_t{0}, n);
-  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
-  });
-}
+constexpr int64_t kChunk = 1 << 15;  // elements per task when several threads share a tensor
 
 template <class T>
 T* data(const at::Tensor& t) {
@@ -38,7 +29,7 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
     const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
     at::Tensor out = at::empty_like(gate);
     const bool bf16 = gate.scalar_type() == at::kBFloat16;
-    in_chunks(gate.numel(), [&](int64_t at, int64_t n) {
+    kernels::in_chunks(gate.numel(), kChunk, [&](int64_t at, int64_t n) {
       if (bf16) {
         kernels::swiglu_forward_bf16(data<uint16_t>(gate) + at, data<uint16_t>(up) + at, data<uint16_t>(out) + at, n);
       } else {
@@ -56,7 +47,7 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
     const at::Tensor dout = grads[0].contiguous();
     at::Tensor dgate = at::empty_like(gate), dup = at::empty_like(up);
     const bool bf16 = gate.scalar_type() == at::kBFloat16;
-    in_chunks(gate.numel(), [&](int64_t at, int64_t n) {
+    kernels::in_chunks(gate.numel(), kChunk, [&](int64_t at, int64_t n) {
       if (bf16) {
         kernels::swiglu_backward_bf16(data<uint16_t>(dout) + at, data<uint16_t>(gate) + at, data<uint16_t>(up) + at,
                                       data<uint16_t>(dgate) + at, data<uint16_t>(dup) + at, n);

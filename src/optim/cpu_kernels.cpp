@@ -141,6 +141,7 @@ HWY_AFTER_NAMESPACE();
 #include <cstring>
 #include <string>
 
+#include "kernels/in_chunks.h"
 #include "zero/error.h"
 
 namespace zero::optim {
@@ -152,16 +153,8 @@ HWY_EXPORT(SumOfSquares);
 
 namespace {
 
-// fn(offset, length) over chunks split among LibTorch's intra-op threads (1 in the engine's
-// one-thread-per-rank setting); chunking never changes an element's bits (ForEachVector).
-template <class Fn>
-void in_chunks(int64_t n, Fn&& fn) {
-  constexpr int64_t kChunk = 1 << 16;
-  if (n <= kChunk || at::get_num_threads() == 1) return fn(int64_t{0}, n);
-  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
-  });
-}
+// Elements per task when several threads share a tile (kernels::in_chunks).
+constexpr int64_t kChunk = 1 << 16;
 
 }  // namespace
 
@@ -169,24 +162,19 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
   // Chunks over LibTorch's intra-op threads (1 in the engine's one-thread-per-rank setting).
   // Every element goes through the same vector code whichever chunk holds it (the tail too), so
   // the bits do not depend on the number of threads.
-  constexpr int64_t kChunk = 1 << 16;
-  if (n <= kChunk || at::get_num_threads() == 1) return HWY_DYNAMIC_DISPATCH(AdamUpdate)(params, grads, m, v, n, s);
-  at::parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      const int64_t at = c * kChunk, length = std::min(kChunk, n - at);
-      HWY_DYNAMIC_DISPATCH(AdamUpdate)(params + at, grads + at, m + at, v + at, length, s);
-    }
+  kernels::in_chunks(n, kChunk, [&](int64_t at, int64_t length) {
+    HWY_DYNAMIC_DISPATCH(AdamUpdate)(params + at, grads + at, m + at, v + at, length, s);
   });
 }
 
 void adagrad_update(float* params, const float* grads, float* sum, int64_t n, const AdagradScalars& s) {
-  in_chunks(n, [&](int64_t at, int64_t length) {
+  kernels::in_chunks(n, kChunk, [&](int64_t at, int64_t length) {
     HWY_DYNAMIC_DISPATCH(AdagradUpdate)(params + at, grads + at, sum + at, length, s);
   });
 }
 
 void lion_update(float* params, const float* grads, float* m, int64_t n, const LionScalars& s) {
-  in_chunks(n, [&](int64_t at, int64_t length) {
+  kernels::in_chunks(n, kChunk, [&](int64_t at, int64_t length) {
     HWY_DYNAMIC_DISPATCH(LionUpdate)(params + at, grads + at, m + at, length, s);
   });
 }
