@@ -309,8 +309,7 @@ int64_t Partition::master_bytes_of(int b) const {
 
 int64_t Partition::state_bytes_of(int b) const {
   // The optimizer's states are flat over the owned shards, bucket after bucket: each has b's run.
-  int64_t owned = 0;
-  for (const auto& bucket : flat_.layout().buckets()) owned += bucket.shard;
+  const int64_t owned = flat_.layout().owned_numel();
   return owned == 0 ? 0 : state_bytes() / owned * flat_.layout().buckets()[static_cast<size_t>(b)].shard;
 }
 
