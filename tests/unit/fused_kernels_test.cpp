@@ -80,3 +80,21 @@ TEST(FusedKernels, SwiGluFallsBackToLibTorch) {
   const at::Tensor g = torch::randn({4, 6}), u = torch::randn({6});
   EXPECT_TRUE(zero::swiglu(g, u).equal(torch::silu(g) * u));
 }
+
+// Several threads split a large tensor into chunks (kernels::in_chunks): every element's bits are
+// the one-thread run's, in both dtypes, forward and backward.
+TEST(FusedKernels, SwiGluGivesTheSameBitsOnAnyNumberOfThreads) {
+  const int threads = at::get_num_threads();
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const int64_t n = 3 * 32768 + 11;  // three chunks and a ragged fourth
+    const at::Tensor gate = inputs(n, 7, dtype), up = inputs(n, 8, dtype), dout = inputs(n, 9, dtype);
+    at::set_num_threads(1);
+    const Result one = run(gate, up, dout, true);
+    at::set_num_threads(3);
+    const Result three = run(gate, up, dout, true);
+    at::set_num_threads(threads);
+    EXPECT_TRUE(one.out.equal(three.out)) << dtype;
+    EXPECT_TRUE(one.dgate.equal(three.dgate)) << dtype;
+    EXPECT_TRUE(one.dup.equal(three.dup)) << dtype;
+  }
+}
