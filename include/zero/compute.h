@@ -40,6 +40,18 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 // LibTorch's silu and mul.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 
+// Causal attention of q [B, H, T, D] over k, v [B, KV, T, D] → [B, H, T, D], as transformers'
+// eager attention computes it: scores q·kᵀ scaled by 1/√D, keys after the query (and, with
+// window > 0, keys `window` or more positions back: Mistral's sliding window) hidden, softmax in
+// fp32, probabilities in q's dtype. The query heads h of each group of H/KV share key/value head
+// h / (H/KV) (grouped-query attention). On the CPU in fp32 and bf16 it never holds a [T, T]
+// tensor: blocks of `query_block` queries (0: kAttentionQueryBlock) meet only the keys they see, and the
+// backward recomputes the probabilities (src/kernels/attention.cpp); the key and value gradients
+// are summed over blocks in fp32. On a GPU: LibTorch 2's fused attention where it has one.
+inline constexpr int64_t kAttentionQueryBlock = 256;
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0,
+                            int64_t query_block = 0);
+
 // False when ZERO_FUSED_KERNELS=0: every fused op computes with LibTorch's own ops instead (to
 // compare, or to rule the kernels out).
 bool fused_kernels_enabled();

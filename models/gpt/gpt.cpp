@@ -1,5 +1,6 @@
 #include "models/gpt/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "zero/activation_checkpoint.h"
@@ -62,9 +63,7 @@ at::Tensor GptBlock::forward(const at::Tensor& x) {
   auto qkv = zero::linear(h, qkvw, qkvb).split(C, 2);
   auto by_head = [&](const at::Tensor& t) { return t.reshape({B, T, heads, hs}).transpose(1, 2); };
   at::Tensor q = by_head(qkv[0]), k = by_head(qkv[1]), v = by_head(qkv[2]);
-  at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  at::Tensor future = torch::ones({T, T}, torch::TensorOptions(torch::kBool).device(x.device())).triu(1);
-  at::Tensor attended = torch::softmax(scores.masked_fill(future, -INFINITY), -1).matmul(v);
+  at::Tensor attended = zero::causal_attention(q, k, v);
   at::Tensor y = x + zero::linear(attended.transpose(1, 2).reshape({B, T, C}), attprojw, attprojb);
   h = F::layer_norm(y, F::LayerNormFuncOptions({C}).weight(compute(ln2w)).bias(compute(ln2b)).eps(1e-5));
   return y + zero::linear(torch::gelu(zero::linear(h, fcw, fcb), "tanh"), fcprojw, fcprojb);
@@ -97,11 +96,11 @@ at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
 
 ActivationBytes gpt_activation_bytes(const GptShape& s, int64_t rows, int64_t seq, int64_t checkpoint_every) {
   const int64_t tokens = rows * seq;
-  const int64_t block = 4 * tokens * (16 * s.channels + s.heads * seq + 4) + seq * seq;
+  const int64_t block = 4 * tokens * (16 * s.channels + s.heads + 4);
   const int64_t input = 4 * tokens * s.channels;
   const int64_t outside = 4 * tokens * (2 * s.channels + 2 + s.vocab);
   ActivationBytes out;
-  out.backward_working_set = 2 * 4 * rows * s.heads * seq * seq;
+  out.backward_working_set = 3 * 4 * rows * s.heads * std::min<int64_t>(seq, zero::kAttentionQueryBlock) * seq;
   out.without_checkpointing = outside + s.layers * block + out.backward_working_set;
   const int64_t every = checkpoint_every > 0 ? checkpoint_every : 1;
   const int64_t checkpointed = (s.layers + every - 1) / every;

@@ -41,14 +41,16 @@ struct Gpt : torch::nn::Module {
 };
 
 // The activations autograd keeps for one micro-step of `rows` × `seq` tokens (fp32), counted from
-// GptBlock::forward's saved tensors: per block and token 16·C + NH·T + 4 floats (the block input,
-// both LayerNorm inputs and outputs, q, k and v made contiguous, the attention probabilities, the
-// attention output, the MLP's 4·C input and GELU output, LayerNorm statistics) and the causal
-// mask's T² bytes; outside the blocks 2·C + 2 + V floats per token (the final LayerNorm, the
-// log-softmax of the logits). With blocks 0, k, 2k, ... checkpointed, each of those keeps only
-// its input (C floats per token) and one block's activations exist again while it is recomputed.
-// The peak adds backward's working set in one block: two attention-sized gradients (2·NH·T² floats
-// per row). Compared with the tracking allocator's peak in docs/PERFORMANCE.md.
+// GptBlock::forward's saved tensors: per block and token 16·C + NH + 4 floats (the block input,
+// both LayerNorm inputs and outputs, q, k and v made contiguous, the attention's log-sum-exp per
+// head, the attention output, the MLP's 4·C input and GELU output, LayerNorm statistics); outside
+// the blocks 2·C + 2 + V floats per token (the final LayerNorm, the log-softmax of the logits).
+// With blocks 0, k, 2k, ... checkpointed, each of those keeps only its input (C floats per token)
+// and one block's activations exist again while it is recomputed. The peak adds backward's
+// working set in one block: the attention's scores, probabilities and their gradient for one
+// block of b = min(T, zero::kAttentionQueryBlock) queries (3·NH·b·T floats per row; no [T, T]
+// tensor, zero::causal_attention). Compared with the tracking allocator's peak in
+// docs/PERFORMANCE.md.
 struct ActivationBytes {
   int64_t without_checkpointing = 0, with_checkpointing = 0;  // peaks, the working set included
   int64_t backward_working_set = 0;

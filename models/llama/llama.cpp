@@ -173,7 +173,7 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<Rotar
 }
 
 at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
-  const int64_t H = heads, KV = kv_heads, D = config.head_dim, G = H / KV;
+  const int64_t H = heads, KV = kv_heads, D = config.head_dim;
   // Under tensor parallelism each block's input enters whole and its column-parallel layers make
   // this rank's heads (and MLP features); the row-parallel output's partial sums are added over
   // the group before the residual (and its bias after the sum). With sequence parallelism the
@@ -201,37 +201,11 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   const at::Tensor v = by_head(linear(h, *self_attn->v_proj), KV);
   q = q * cos + rotate_half(q) * sin;  // [B, H, T, D], contiguous
   k = k * cos + rotate_half(k) * sin;
-  const at::Tensor attended = attention(q, k, v, T, G, x.device());
+  const at::Tensor attended = zero::causal_attention(q, k, v, config.sliding_window);
   const at::Tensor y = x + leave(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
   const at::Tensor n2 = enter(rms_norm(y, whole(post_attention_layernorm->weight), config.rms_norm_eps));
   if (moe) return y + moe->forward(n2);  // (no tensor parallelism: the model refuses it)
   return y + leave(zero::swiglu(linear(n2, *mlp->gate_proj), linear(n2, *mlp->up_proj)), *mlp->down_proj);
-}
-
-// Causal grouped-query attention of q [B, H, T, D] over k, v [B, KV, T, D] → [B, H, T, D].
-at::Tensor LlamaDecoderLayer::attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T,
-                                        int64_t G, at::Device device) const {
-  const bool windowed = config.sliding_window > 0 && T > config.sliding_window;
-#if TORCH_VERSION_MAJOR >= 2
-  // On a GPU, LibTorch 2's fused attention (flash or memory-efficient kernels, as transformers'
-  // "sdpa" attention uses): no [T, T] scores in memory. Key/value heads are repeated for the
-  // query heads that share them (transformers' repeat_kv).
-  if (!device.is_cpu() && !windowed) {
-    return at::scaled_dot_product_attention(q, G == 1 ? k : k.repeat_interleave(G, 1),
-                                            G == 1 ? v : v.repeat_interleave(G, 1), {}, 0.0, true);
-  }
-#endif
-  const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), D = q.size(3);
-  // Grouped-query attention: query heads g·G..g·G+G-1 share key/value head g (transformers'
-  // repeat_kv), so the G heads' rows stack into one [G·T, D] matrix per key/value head and k, v
-  // are used as they are.
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  at::Tensor scores = q.reshape({B, KV, G * T, D}).matmul(k.transpose(-2, -1)).view({B, H, T, T}) * scale;
-  const auto mask_options = torch::TensorOptions(torch::kBool).device(device);
-  at::Tensor blocked = torch::ones({T, T}, mask_options).triu(1);  // a key after the query
-  if (windowed) blocked = blocked | torch::ones({T, T}, mask_options).tril(-config.sliding_window);  // too far before it
-  const at::Tensor probs = torch::softmax(scores.masked_fill(blocked, -INFINITY), -1, at::kFloat).to(q.scalar_type());
-  return probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& c, WeightSource& source, at::ScalarType dtype, const TensorParallelPlace& tp,

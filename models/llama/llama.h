@@ -131,8 +131,6 @@ struct LlamaDecoderLayer : torch::nn::Module {
                     const TensorParallelPlace& place = {}, std::shared_ptr<LoadBalance> load_balance = nullptr,
                     const ExpertPlace& experts = {});
   at::Tensor forward(const at::Tensor& x);
-  at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t T, int64_t G,
-                       at::Device device) const;
 
   const LlamaConfig& config;
   std::shared_ptr<RotaryTables> rope;

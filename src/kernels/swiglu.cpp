@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/in_chunks.h"
+#include "kernels/raw_data.h"
 #include "kernels/swiglu_kernels.h"
 #include "zero/compute.h"
 
@@ -19,11 +20,6 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kChunk = 1 << 15;  // elements per task when several threads share a tensor
 
-template <class T>
-T* data(const at::Tensor& t) {
-  return reinterpret_cast<T*>(t.data_ptr());
-}
-
 struct SwiGlu : torch::autograd::Function<SwiGlu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_in, const at::Tensor& up_in) {
     const at::Tensor gate = gate_in.contiguous(), up = up_in.contiguous();
@@ -31,9 +27,9 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
     const bool bf16 = gate.scalar_type() == at::kBFloat16;
     kernels::in_chunks(gate.numel(), kChunk, [&](int64_t at, int64_t n) {
       if (bf16) {
-        kernels::swiglu_forward_bf16(data<uint16_t>(gate) + at, data<uint16_t>(up) + at, data<uint16_t>(out) + at, n);
+        kernels::swiglu_forward_bf16(kernels::raw_data<uint16_t>(gate) + at, kernels::raw_data<uint16_t>(up) + at, kernels::raw_data<uint16_t>(out) + at, n);
       } else {
-        kernels::swiglu_forward(data<float>(gate) + at, data<float>(up) + at, data<float>(out) + at, n);
+        kernels::swiglu_forward(kernels::raw_data<float>(gate) + at, kernels::raw_data<float>(up) + at, kernels::raw_data<float>(out) + at, n);
       }
     });
     ctx->save_for_backward({gate, up});
@@ -49,11 +45,11 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
     const bool bf16 = gate.scalar_type() == at::kBFloat16;
     kernels::in_chunks(gate.numel(), kChunk, [&](int64_t at, int64_t n) {
       if (bf16) {
-        kernels::swiglu_backward_bf16(data<uint16_t>(dout) + at, data<uint16_t>(gate) + at, data<uint16_t>(up) + at,
-                                      data<uint16_t>(dgate) + at, data<uint16_t>(dup) + at, n);
+        kernels::swiglu_backward_bf16(kernels::raw_data<uint16_t>(dout) + at, kernels::raw_data<uint16_t>(gate) + at, kernels::raw_data<uint16_t>(up) + at,
+                                      kernels::raw_data<uint16_t>(dgate) + at, kernels::raw_data<uint16_t>(dup) + at, n);
       } else {
-        kernels::swiglu_backward(data<float>(dout) + at, data<float>(gate) + at, data<float>(up) + at,
-                                 data<float>(dgate) + at, data<float>(dup) + at, n);
+        kernels::swiglu_backward(kernels::raw_data<float>(dout) + at, kernels::raw_data<float>(gate) + at, kernels::raw_data<float>(up) + at,
+                                 kernels::raw_data<float>(dgate) + at, kernels::raw_data<float>(dup) + at, n);
       }
     });
     return {dgate, dup};

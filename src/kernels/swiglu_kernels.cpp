@@ -7,39 +7,13 @@
 
 #include <cmath>
 
+#include "kernels/simd-inl.h"
 #include "kernels/swiglu_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zero::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// fp32 lanes from bf16 bit patterns, and back rounded to nearest even (NaN as 0x7FC0), as
-// c10::BFloat16 converts.
-template <class DF>
-HWY_INLINE hn::Vec<DF> LoadBf16(DF df, const uint16_t* HWY_RESTRICT p) {
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<uint16_t, DF> du16;
-  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
-}
-template <class DF>
-HWY_INLINE hn::Vec<DF> RoundToBf16(DF df, hn::Vec<DF> v) {
-  const hn::RebindToUnsigned<DF> du32;
-  const auto bits = hn::BitCast(du32, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1u));
-  auto rounded = hn::And(hn::Add(bits, hn::Add(lsb, hn::Set(du32, 0x7FFFu))), hn::Set(du32, 0xFFFF0000u));
-  rounded = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Set(du32, 0x7FC00000u), rounded);
-  return hn::BitCast(df, rounded);
-}
-template <class DF>
-HWY_INLINE void StoreBf16(DF df, hn::Vec<DF> rounded, uint16_t* HWY_RESTRICT p) {
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::RebindToSigned<DF> di32;
-  const hn::Rebind<uint16_t, DF> du16;
-  // (Shifted as unsigned: the sign stays in bit 15; then a saturating i32 → u16 demotion, exact
-  // for values below 2^16.)
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, hn::ShiftRight<16>(hn::BitCast(du32, rounded)))), du16, p);
-}
 
 // e^−g for silu and σ: past −g = 100 (beyond float's range), +inf, as std::exp gives, so that
 // silu(g) = g / (1 + e^−g) is −0 there as LibTorch's is (Highway's Exp is valid up to 104).
@@ -50,43 +24,10 @@ HWY_INLINE hn::Vec<DF> ExpOfMinus(DF df, hn::Vec<DF> g) {
   return hn::IfThenElse(big, hn::Set(df, HUGE_VALF), hn::Exp(df, hn::Min(minus, hn::Set(df, 100.0f))));
 }
 
-// Every element goes through a full vector: the tail is copied into one and back.
-template <class T, size_t In, size_t Out, class DF, class Lanes>
-HWY_INLINE void ForEachVector(DF df, int64_t n, const T* const (&in)[In], T* const (&out)[Out], Lanes lanes_fn) {
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const T* from[In];
-    T* to[Out];
-    for (size_t k = 0; k < In; ++k) from[k] = in[k] + i;
-    for (size_t k = 0; k < Out; ++k) to[k] = out[k] + i;
-    lanes_fn(from, to);
-  }
-  if (i == n) return;
-  HWY_ALIGN T tail_in[In][hn::MaxLanes(df)] = {};
-  HWY_ALIGN T tail_out[Out][hn::MaxLanes(df)] = {};
-  const T* from[In];
-  T* to[Out];
-  for (size_t k = 0; k < In; ++k) {
-    for (int64_t j = i; j < n; ++j) tail_in[k][j - i] = in[k][j];
-    from[k] = tail_in[k];
-  }
-  for (size_t k = 0; k < Out; ++k) to[k] = tail_out[k];
-  lanes_fn(from, to);
-  for (size_t k = 0; k < Out; ++k)
-    for (int64_t j = i; j < n; ++j) out[k][j] = tail_out[k][j - i];
-}
-
 // LibTorch 1.13's expressions, in its order. In bf16 its kernels round every intermediate to
 // bf16 (silu: g / (1 + e^−g) with e^−g and the sum rounded; silu_backward: σ = 1 / (1 + e^−g)
 // likewise, then dy·σ, 1 − σ, g·(1 − σ) and 1 + g·(1 − σ) each rounded), and the product and its
 // gradients once: `Round` does the same where kBf16, nothing in fp32.
-template <bool kBf16, class DF>
-HWY_INLINE hn::Vec<DF> Round(DF df, hn::Vec<DF> v) {
-  if constexpr (kBf16) return RoundToBf16(df, v);
-  return v;
-}
-
 template <bool kBf16, class DF, class V>
 HWY_INLINE V ForwardLanes(DF df, V g, V u) {
   const auto one = hn::Set(df, 1.0f);

@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "zero/compute.h"
+#include "zero/error.h"
 
 namespace {
 
@@ -97,4 +102,117 @@ TEST(FusedKernels, SwiGluGivesTheSameBitsOnAnyNumberOfThreads) {
     EXPECT_TRUE(one.dgate.equal(three.dgate)) << dtype;
     EXPECT_TRUE(one.dup.equal(three.dup)) << dtype;
   }
+}
+
+namespace {
+
+struct Attended {
+  at::Tensor out, dq, dk, dv;
+};
+
+// transformers' eager attention (repeat_kv, masked fp32 softmax), written here on its own: the
+// reference zero::causal_attention's blocks must reproduce.
+at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const int64_t T = q.size(2), G = q.size(1) / k.size(1);
+  const at::Tensor keys = k.repeat_interleave(G, 1), values = v.repeat_interleave(G, 1);
+  const at::Tensor scores = q.matmul(keys.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  const at::Tensor position = torch::arange(T);
+  const at::Tensor back = position.unsqueeze(1) - position.unsqueeze(0);  // query − key
+  const at::Tensor hidden = back < 0 | (window > 0 ? back >= window : torch::zeros_like(back, torch::kBool));
+  const at::ScalarType softmax_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return torch::softmax(scores.masked_fill(hidden, -INFINITY), -1, softmax_dtype).to(q.scalar_type()).matmul(values);
+}
+
+template <class Attention>
+Attended attend(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& dout,
+                Attention attention) {
+  const at::Tensor q = q_in.clone().requires_grad_(true), k = k_in.clone().requires_grad_(true),
+                   v = v_in.clone().requires_grad_(true);
+  const at::Tensor out = attention(q, k, v);
+  out.backward(dout);
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+// max |a − b| over max |b|, in double.
+double relative_error(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b).abs().max().item<double>() / b.abs().max().item<double>();
+}
+
+// ‖a − b‖₂ over ‖b‖₂, in double: bf16's error over the whole tensor, where single elements'
+// roundings would decide a largest-element measure.
+double rms_error(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b).norm().item<double>() / b.norm().item<double>();
+}
+
+struct AttentionCase {
+  int64_t B, H, KV, T, D, window, block;
+};
+
+// Ragged blocks (T not a multiple of the block), three query heads per key/value head, a window
+// shorter and longer than a block, one block, and a head size whose 1/√D is inexact in bf16.
+const AttentionCase kAttentionCases[] = {
+    {2, 6, 2, 77, 16, 0, 32}, {2, 6, 2, 77, 16, 20, 32}, {1, 6, 2, 77, 16, 50, 16},
+    {1, 4, 4, 45, 24, 0, 0},  {1, 6, 2, 100, 8, 0, 7},
+};
+
+at::Tensor attention_input(std::vector<int64_t> shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn(shape, torch::kDouble) * 2;  // scores of a few units: softmax far from uniform
+}
+
+}  // namespace
+
+// fp32: values and gradients within 1e-5 (relative to the tensor's largest) of the eager
+// attention computed in fp64 from the same inputs.
+TEST(FusedKernels, AttentionMatchesEagerAttentionInFp32) {
+  for (const AttentionCase& c : kAttentionCases) {
+    const at::Tensor q = attention_input({c.B, c.H, c.T, c.D}, 1), k = attention_input({c.B, c.KV, c.T, c.D}, 2),
+                     v = attention_input({c.B, c.KV, c.T, c.D}, 3), dout = attention_input({c.B, c.H, c.T, c.D}, 4);
+    const Attended want = attend(q, k, v, dout, [&](auto& q, auto& k, auto& v) { return eager_attention(q, k, v, c.window); });
+    const Attended got = attend(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), dout.to(at::kFloat),
+                                [&](auto& q, auto& k, auto& v) { return zero::causal_attention(q, k, v, c.window, c.block); });
+    const std::string label = "T " + std::to_string(c.T) + " window " + std::to_string(c.window) + " block " +
+                              std::to_string(c.block);
+    EXPECT_LE(relative_error(got.out, want.out), 1e-5) << "out " << label;
+    EXPECT_LE(relative_error(got.dq, want.dq), 1e-5) << "dq " << label;
+    EXPECT_LE(relative_error(got.dk, want.dk), 1e-5) << "dk " << label;
+    EXPECT_LE(relative_error(got.dv, want.dv), 1e-5) << "dv " << label;
+  }
+}
+
+// bf16: rounding to bf16 (scores, probabilities, products, gradients) costs LibTorch's own bf16
+// ops an error of about 2^-7 (RMS, relative) against fp64 from the same inputs. The blocks round
+// at the same places, plus once per block's share of the key and value gradients before their fp32
+// sum, so they must be as close to fp64 as LibTorch's bf16 eager attention is, with 10% slack
+// (measured: 0.93–1.03× LibTorch's error, up to 15 blocks; one block gives its error exactly).
+TEST(FusedKernels, AttentionInBf16IsAsAccurateAsLibTorchsOps) {
+  for (const AttentionCase& c : kAttentionCases) {
+    const at::Tensor q = attention_input({c.B, c.H, c.T, c.D}, 5), k = attention_input({c.B, c.KV, c.T, c.D}, 6),
+                     v = attention_input({c.B, c.KV, c.T, c.D}, 7), dout = attention_input({c.B, c.H, c.T, c.D}, 8);
+    const auto bf16 = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
+    // The exact answer for the inputs as bf16 holds them.
+    const Attended exact = attend(bf16(q).to(at::kDouble), bf16(k).to(at::kDouble), bf16(v).to(at::kDouble),
+                                  bf16(dout).to(at::kDouble),
+                                  [&](auto& q, auto& k, auto& v) { return eager_attention(q, k, v, c.window); });
+    const Attended libtorch = attend(bf16(q), bf16(k), bf16(v), bf16(dout),
+                                     [&](auto& q, auto& k, auto& v) { return eager_attention(q, k, v, c.window); });
+    const Attended got = attend(bf16(q), bf16(k), bf16(v), bf16(dout),
+                                [&](auto& q, auto& k, auto& v) { return zero::causal_attention(q, k, v, c.window, c.block); });
+    const std::string label = "T " + std::to_string(c.T) + " window " + std::to_string(c.window) + " block " +
+                              std::to_string(c.block);
+    for (const auto& [name, a, b, want] :
+         {std::tuple{"out", got.out, libtorch.out, exact.out}, std::tuple{"dq", got.dq, libtorch.dq, exact.dq},
+          std::tuple{"dk", got.dk, libtorch.dk, exact.dk}, std::tuple{"dv", got.dv, libtorch.dv, exact.dv}}) {
+      const double ours = rms_error(a, want), theirs = rms_error(b, want);
+      EXPECT_LE(ours, 1.1 * theirs) << name << " " << label << ": LibTorch's bf16 error " << theirs;
+    }
+  }
+}
+
+// With the fused kernels off, or for a dtype they do not take, it is the eager attention.
+TEST(FusedKernels, AttentionFallsBackToEagerAttention) {
+  const at::Tensor q = attention_input({1, 4, 9, 8}, 9), k = attention_input({1, 2, 9, 8}, 10),
+                   v = attention_input({1, 2, 9, 8}, 11);
+  EXPECT_TRUE(torch::allclose(zero::causal_attention(q, k, v, 4), eager_attention(q, k, v, 4), 1e-12, 1e-12));
+  EXPECT_THROW(zero::causal_attention(q, k.narrow(1, 0, 1).repeat({1, 3, 1, 1}), v), zero::Error);
 }

@@ -109,8 +109,8 @@ TEST(GptActivations, TheFormulaByHandAndAgainstTheTracker) {
   GptShape s{.max_seq = 64, .vocab = 256, .layers = 3, .heads = 2, .channels = 32};
   s.padded_vocab = 256;
   const int64_t tokens = 2 * 64;
-  const int64_t block = 4 * tokens * (16 * 32 + 2 * 64 + 4) + 64 * 64, outside = 4 * tokens * (2 * 32 + 2 + 256);
-  const int64_t working = 2 * 4 * 2 * 2 * 64 * 64;  // two attention gradients of both rows
+  const int64_t block = 4 * tokens * (16 * 32 + 2 + 4), outside = 4 * tokens * (2 * 32 + 2 + 256);
+  const int64_t working = 3 * 4 * 2 * 2 * 64 * 64;  // scores, probabilities, their gradient: one block of 64 queries
   const auto f = zero::gpt::gpt_activation_bytes(s, 2, 64, 1);
   EXPECT_EQ(f.backward_working_set, working);
   EXPECT_EQ(f.without_checkpointing, outside + 3 * block + working);

@@ -1,0 +1,157 @@
+// Causal attention's row kernels (attention_kernels.h). Compiled once per SIMD target by Highway.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/attention_kernels.h"
+#include "kernels/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace zero::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class T>
+constexpr bool kIsBf16 = std::is_same_v<T, uint16_t>;
+
+// fn(i, count, first) for each vector's worth of [lo, hi): `first` masks its `count` lanes.
+template <class DF, class Fn>
+HWY_INLINE void ForEachVisible(DF df, int64_t lo, int64_t hi, Fn fn) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t i = lo; i < hi; i += lanes) {
+    const int64_t count = std::min(lanes, hi - i);
+    fn(i, count, hn::FirstN(df, static_cast<size_t>(count)));
+  }
+}
+
+// Zeros the row outside its visible keys.
+template <class T>
+void ZeroHidden(const ScoreRow& row, T* out) {
+  std::fill(out, out + row.lo, T{0});
+  std::fill(out + row.hi, out + row.keys, T{0});
+}
+
+// x = s · scale as the dtype's multiply gives it.
+template <class T, class DF>
+HWY_INLINE hn::Vec<DF> Scaled(DF df, const T* s, int64_t count, float scale) {
+  return Round<kIsBf16<T>>(df, hn::Mul(LoadFirst(df, s, count), hn::Set(df, scale)));
+}
+
+template <class T>
+void SoftmaxRow(const T* HWY_RESTRICT s, const ScoreRow& row, T* HWY_RESTRICT p, float* HWY_RESTRICT lse,
+                float* HWY_RESTRICT work) {
+  const hn::ScalableTag<float> df;
+  const auto minus_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  auto max = minus_inf;
+  ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto first) {
+    const auto x = Scaled(df, s + i, count, row.scale);
+    hn::StoreU(x, df, work + i);
+    max = hn::Max(max, hn::IfThenElse(first, x, minus_inf));
+  });
+  const auto top = hn::MaxOfLanes(df, max);
+  auto sum = hn::Zero(df);
+  ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t, auto first) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, work + i), top));
+    hn::StoreU(e, df, work + i);
+    sum = hn::Add(sum, hn::IfThenElseZero(first, e));
+  });
+  const float total = hn::GetLane(hn::SumOfLanes(df, sum));
+  const auto inverse = hn::Set(df, 1.0f / total);
+  ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto) {
+    StoreFirst(df, hn::Mul(hn::LoadU(df, work + i), inverse), p + i, count);
+  });
+  ZeroHidden(row, p);
+  *lse = hn::GetLane(top) + std::log(total);
+}
+
+template <class T>
+void ProbsRow(const T* HWY_RESTRICT s, const ScoreRow& row, float lse, T* HWY_RESTRICT p) {
+  const hn::ScalableTag<float> df;
+  const auto shift = hn::Set(df, lse);
+  ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto) {
+    StoreFirst(df, hn::Exp(df, hn::Sub(Scaled(df, s + i, count, row.scale), shift)), p + i, count);
+  });
+  ZeroHidden(row, p);
+}
+
+template <class T>
+void ScoresGradRow(const T* HWY_RESTRICT s, const T* HWY_RESTRICT dp, const ScoreRow& row, float lse,
+                   T* HWY_RESTRICT ds, float* HWY_RESTRICT work) {
+  constexpr bool kBf16 = kIsBf16<T>;
+  const hn::ScalableTag<float> df;
+  const auto shift = hn::Set(df, lse);
+  auto dot = hn::Zero(df);
+  ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto first) {
+    const auto prob = hn::Exp(df, hn::Sub(Scaled(df, s + i, count, row.scale), shift));
+    hn::StoreU(prob, df, work + i);
+    dot = hn::MulAdd(hn::IfThenElseZero(first, prob), LoadFirst(df, dp + i, count), dot);
+  });
+  const auto total = hn::SumOfLanes(df, dot);
+  const auto scale = hn::Set(df, row.scale);
+  ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto) {
+    const auto grad = Round<kBf16>(df, hn::Mul(hn::Sub(LoadFirst(df, dp + i, count), total), hn::LoadU(df, work + i)));
+    StoreFirst(df, Round<kBf16>(df, hn::Mul(grad, scale)), ds + i, count);
+  });
+  ZeroHidden(row, ds);
+}
+
+void SoftmaxRowF32(const float* s, const ScoreRow& row, float* p, float* lse, float* work) {
+  SoftmaxRow(s, row, p, lse, work);
+}
+void SoftmaxRowBf16(const uint16_t* s, const ScoreRow& row, uint16_t* p, float* lse, float* work) {
+  SoftmaxRow(s, row, p, lse, work);
+}
+void ProbsRowF32(const float* s, const ScoreRow& row, float lse, float* p) { ProbsRow(s, row, lse, p); }
+void ProbsRowBf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p) { ProbsRow(s, row, lse, p); }
+void ScoresGradRowF32(const float* s, const float* dp, const ScoreRow& row, float lse, float* ds, float* work) {
+  ScoresGradRow(s, dp, row, lse, ds, work);
+}
+void ScoresGradRowBf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse, uint16_t* ds,
+                       float* work) {
+  ScoresGradRow(s, dp, row, lse, ds, work);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace zero::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zero::kernels {
+
+HWY_EXPORT(SoftmaxRowF32);
+HWY_EXPORT(SoftmaxRowBf16);
+HWY_EXPORT(ProbsRowF32);
+HWY_EXPORT(ProbsRowBf16);
+HWY_EXPORT(ScoresGradRowF32);
+HWY_EXPORT(ScoresGradRowBf16);
+
+void attention_softmax_row(const float* s, const ScoreRow& row, float* p, float* lse, float* work) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)(s, row, p, lse, work);
+}
+void attention_softmax_row_bf16(const uint16_t* s, const ScoreRow& row, uint16_t* p, float* lse, float* work) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRowBf16)(s, row, p, lse, work);
+}
+void attention_probs_row(const float* s, const ScoreRow& row, float lse, float* p) {
+  HWY_DYNAMIC_DISPATCH(ProbsRowF32)(s, row, lse, p);
+}
+void attention_probs_row_bf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p) {
+  HWY_DYNAMIC_DISPATCH(ProbsRowBf16)(s, row, lse, p);
+}
+void attention_scores_grad_row(const float* s, const float* dp, const ScoreRow& row, float lse, float* ds,
+                               float* work) {
+  HWY_DYNAMIC_DISPATCH(ScoresGradRowF32)(s, dp, row, lse, ds, work);
+}
+void attention_scores_grad_row_bf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse,
+                                    uint16_t* ds, float* work) {
+  HWY_DYNAMIC_DISPATCH(ScoresGradRowBf16)(s, dp, row, lse, ds, work);
+}
+
+}  // namespace zero::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,37 @@
+// Causal attention's row kernels (Google Highway, dispatched at run time), torch-free: the work
+// between the matrix products of one row of scores, in fp32 or bf16 (as raw 16-bit patterns),
+// so that the scores, probabilities and their gradients each take one pass over memory.
+//
+// A row is one query's raw scores s = q·kᵀ over m keys, of which [lo, hi) are visible (causal,
+// and a sliding window's start). x = s · scale is rounded to bf16 in bf16 (LibTorch multiplies a
+// bf16 tensor by a scalar rounded to bf16: pass it so), the softmax is fp32, and every output
+// element outside [lo, hi) is 0. `work` holds m + 64 floats of scratch.
+#pragma once
+
+#include <cstdint>
+
+namespace zero::kernels {
+
+struct ScoreRow {
+  int64_t keys;       // m: the row's length
+  int64_t lo, hi;     // the visible keys
+  float scale;        // 1/√head_dim, as the dtype's multiply uses it
+};
+
+// p = softmax(x) over the visible keys (exp(x − max) · (1 / Σ), LibTorch's order), in the row's
+// dtype; *lse = max + log Σ, the log-sum-exp the backward recomputes p from.
+void attention_softmax_row(const float* s, const ScoreRow& row, float* p, float* lse, float* work);
+void attention_softmax_row_bf16(const uint16_t* s, const ScoreRow& row, uint16_t* p, float* lse, float* work);
+
+// p = exp(x − lse): the forward's probabilities again, from its log-sum-exp.
+void attention_probs_row(const float* s, const ScoreRow& row, float lse, float* p);
+void attention_probs_row_bf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p);
+
+// The raw scores' gradient from the probabilities' dp: ds = p · (dp − Σ p·dp) · scale with p in
+// fp32 from lse (LibTorch's softmax backward; in bf16 rounded before and after the scale).
+void attention_scores_grad_row(const float* s, const float* dp, const ScoreRow& row, float lse, float* ds,
+                               float* work);
+void attention_scores_grad_row_bf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse,
+                                    uint16_t* ds, float* work);
+
+}  // namespace zero::kernels
