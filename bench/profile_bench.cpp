@@ -186,6 +186,32 @@ void kernel_benchmarks(int64_t rows, int64_t width, at::ScalarType dtype, double
   fmt::print("\n");
 }
 
+// Causal attention at the model's heads and `seq` tokens: LibTorch's eager ops (the [T, T]
+// scores) against zero::causal_attention at several query blocks, and against the FLOP bound of
+// the products causal attention needs (half of the T × T scores: forward q·kᵀ and p·v, 2·H·T²·D;
+// backward those again and three more, 5·H·T²·D) at this thread's GEMM peak.
+void attention_benchmarks(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t seq, at::ScalarType dtype,
+                          double peak) {
+  const at::Tensor q_in = torch::randn({1, heads, seq, head_dim}).to(dtype);
+  const at::Tensor k_in = torch::randn({1, kv_heads, seq, head_dim}).to(dtype);
+  const at::Tensor v_in = torch::randn({1, kv_heads, seq, head_dim}).to(dtype), dout = torch::randn_like(q_in);
+  const double causal = static_cast<double>(heads) * seq * seq * head_dim;
+  fmt::print("| attention {} heads ({} kv) × {} tokens × {}, {} | forward ms | backward ms |\n| --- | ---: | ---: |\n",
+             heads, kv_heads, seq, head_dim, dtype == at::kBFloat16 ? "bf16" : "fp32");
+  fmt::print("| bound: causal products at the GEMM peak | {:.2f} | {:.2f} |\n", 2 * causal / peak * 1e3,
+             5 * causal / peak * 1e3);
+  for (const int64_t block : {int64_t{-1}, int64_t{32}, int64_t{64}, int64_t{128}, int64_t{256}}) {
+    const at::Tensor q = q_in.clone().requires_grad_(true), k = k_in.clone().requires_grad_(true),
+                     v = v_in.clone().requires_grad_(true);
+    auto attend = [&] { return block < 0 ? zero::eager_causal_attention(q, k, v) : zero::causal_attention(q, k, v, 0, block); };
+    const double forward = seconds_of([&] { attend(); }, 3);
+    const double backward = seconds_of([&] { attend().backward(dout); }, 3) - forward;
+    fmt::print("| {} | {:.2f} | {:.2f} |\n", block < 0 ? std::string("LibTorch eager ([T, T] scores)") : fmt::format("zero::causal_attention, blocks of {}", block),
+               forward * 1e3, backward * 1e3);
+  }
+  fmt::print("\n");
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -200,7 +226,7 @@ int run(int argc, char** argv) {
   app.add_option("--warmup", warmup, "steps before the profiled one")->capture_default_str();
   app.add_option("--top", top, "ops printed per phase")->capture_default_str();
   bool kernels = false;
-  app.add_flag("--kernels", kernels, "only the fused kernels' microbenchmarks (the MLP's shape at --seq x --rows)");
+  app.add_flag("--kernels", kernels, "only the fused kernels' microbenchmarks (the MLP and attention at --seq x --rows)");
   bool flush_denormal = false;
   app.add_flag("--flush-denormal", flush_denormal, "subnormal floats as zero (torch.set_flush_denormal)");
   CLI11_PARSE(app, argc, argv);
@@ -215,6 +241,7 @@ int run(int argc, char** argv) {
   if (kernels) {
     fmt::print("bounds measured here: copy {:.1f} GB/s (256 MiB), one thread\n\n", stream / 1e9);
     kernel_benchmarks(rows * seq, c.intermediate_size, dtype, stream);
+    attention_benchmarks(c.num_attention_heads, c.num_key_value_heads, c.head_dim, seq, dtype, peak);
     return 0;
   }
   torch::manual_seed(1);

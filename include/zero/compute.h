@@ -45,12 +45,19 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 // window > 0, keys `window` or more positions back: Mistral's sliding window) hidden, softmax in
 // fp32, probabilities in q's dtype. The query heads h of each group of H/KV share key/value head
 // h / (H/KV) (grouped-query attention). On the CPU in fp32 and bf16 it never holds a [T, T]
-// tensor: blocks of `query_block` queries (0: kAttentionQueryBlock) meet only the keys they see, and the
+// tensor: blocks of `query_block` queries (0: attention_query_block) meet only the keys they see, and the
 // backward recomputes the probabilities (src/kernels/attention.cpp); the key and value gradients
 // are summed over blocks in fp32. On a GPU: LibTorch 2's fused attention where it has one.
-inline constexpr int64_t kAttentionQueryBlock = 256;
+// Queries per block by default: 64 in fp32, 128 in bf16, the fastest in `bench_profile --kernels`
+// at 512 and 2048 tokens (docs/PERFORMANCE.md); a block's scores are then 9 heads × 128 × T × 2 B
+// (4.5 MiB at SmolLM2-135M's 2048 tokens).
+int64_t attention_query_block(at::ScalarType dtype);
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0,
                             int64_t query_block = 0);
+
+// The same with LibTorch's ops as transformers' eager attention computes it: the [T, T] scores,
+// masked, softmax in fp32 (fp64 in fp64). What causal_attention falls back to.
+at::Tensor eager_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0);
 
 // False when ZERO_FUSED_KERNELS=0: every fused op computes with LibTorch's own ops instead (to
 // compare, or to rule the kernels out).

@@ -100,7 +100,7 @@ ActivationBytes gpt_activation_bytes(const GptShape& s, int64_t rows, int64_t se
   const int64_t input = 4 * tokens * s.channels;
   const int64_t outside = 4 * tokens * (2 * s.channels + 2 + s.vocab);
   ActivationBytes out;
-  out.backward_working_set = 3 * 4 * rows * s.heads * std::min<int64_t>(seq, zero::kAttentionQueryBlock) * seq;
+  out.backward_working_set = 3 * 4 * rows * s.heads * std::min<int64_t>(seq, zero::attention_query_block(at::kFloat)) * seq;
   out.without_checkpointing = outside + s.layers * block + out.backward_working_set;
   const int64_t every = checkpoint_every > 0 ? checkpoint_every : 1;
   const int64_t checkpointed = (s.layers + every - 1) / every;

@@ -48,7 +48,7 @@ struct Gpt : torch::nn::Module {
 // With blocks 0, k, 2k, ... checkpointed, each of those keeps only its input (C floats per token)
 // and one block's activations exist again while it is recomputed. The peak adds backward's
 // working set in one block: the attention's scores, probabilities and their gradient for one
-// block of b = min(T, zero::kAttentionQueryBlock) queries (3·NH·b·T floats per row; no [T, T]
+// block of b = min(T, zero::attention_query_block(fp32)) queries (3·NH·b·T floats per row; no [T, T]
 // tensor, zero::causal_attention). Compared with the tracking allocator's peak in
 // docs/PERFORMANCE.md.
 struct ActivationBytes {

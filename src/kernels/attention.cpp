@@ -69,7 +69,7 @@ struct Layout {
 Layout layout_of(const at::Tensor& q, const at::Tensor& k, int64_t window, int64_t query_block) {
   Layout l{};
   l.B = q.size(0), l.H = q.size(1), l.T = q.size(2), l.D = q.size(3), l.KV = k.size(1);
-  l.G = l.H / l.KV, l.window = window, l.block = query_block > 0 ? query_block : kAttentionQueryBlock;
+  l.G = l.H / l.KV, l.window = window, l.block = query_block > 0 ? query_block : attention_query_block(q.scalar_type());
   l.bf16 = q.scalar_type() == at::kBFloat16;
   const double scale = 1.0 / std::sqrt(static_cast<double>(l.D));
   l.scale = l.bf16 ? static_cast<float>(c10::BFloat16(static_cast<float>(scale))) : static_cast<float>(scale);
@@ -162,22 +162,9 @@ struct CausalAttention : torch::autograd::Function<CausalAttention> {
   }
 };
 
-// LibTorch's own ops: the [T, T] scores, masked, softmax in fp32 (transformers' eager attention;
-// fp64 stays fp64).
-at::Tensor attention_with_libtorch_ops(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       int64_t window) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), KV = k.size(1), G = H / KV;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const at::Tensor scores = q.reshape({B, KV, G * T, D}).matmul(k.transpose(-2, -1)).view({B, H, T, T}) * scale;
-  const auto mask_options = torch::TensorOptions(torch::kBool).device(q.device());
-  at::Tensor blocked = torch::ones({T, T}, mask_options).triu(1);  // a key after the query
-  if (window > 0 && T > window) blocked = blocked | torch::ones({T, T}, mask_options).tril(-window);  // too far back
-  const at::ScalarType softmax_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor probs = torch::softmax(scores.masked_fill(blocked, -INFINITY), -1, softmax_dtype).to(q.scalar_type());
-  return probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
-}
-
 }  // namespace
+
+int64_t attention_query_block(at::ScalarType dtype) { return dtype == at::kBFloat16 ? 128 : 64; }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window,
                             int64_t query_block) {
@@ -198,8 +185,20 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::ScalarType t = q.scalar_type();
   const bool fused = fused_kernels_enabled() && q.device().is_cpu() && (t == at::kFloat || t == at::kBFloat16) &&
                      k.scalar_type() == t && v.scalar_type() == t && k.device().is_cpu() && v.device().is_cpu();
-  if (!fused) return attention_with_libtorch_ops(q, k, v, windowed ? window : 0);
+  if (!fused) return eager_causal_attention(q, k, v, window);
   return CausalAttention::apply(q, k, v, windowed ? window : 0, query_block);
+}
+
+at::Tensor eager_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), KV = k.size(1), G = H / KV;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const at::Tensor scores = q.reshape({B, KV, G * T, D}).matmul(k.transpose(-2, -1)).view({B, H, T, T}) * scale;
+  const auto mask_options = torch::TensorOptions(torch::kBool).device(q.device());
+  at::Tensor blocked = torch::ones({T, T}, mask_options).triu(1);  // a key after the query
+  if (window > 0 && T > window) blocked = blocked | torch::ones({T, T}, mask_options).tril(-window);  // too far back
+  const at::ScalarType softmax_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor probs = torch::softmax(scores.masked_fill(blocked, -INFINITY), -1, softmax_dtype).to(q.scalar_type());
+  return probs.view({B, KV, G * T, T}).matmul(v).view({B, H, T, D});
 }
 
 }  // namespace zero
