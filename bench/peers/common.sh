@@ -2,6 +2,7 @@
 # functions read what the sourcing script sets:
 #   steps warmup rows seq dtypes   timed steps, untimed warm-up steps, rows per rank, row length
 #   zero_model zero_data           zero-train's flags for the model and for the data (arrays)
+#   zero_extra                     (optional) more zero-train flags, e.g. --activation-checkpointing
 #   peer_script peer_model peer_data   the peer's Python script and its flags (arrays)
 # and defines zerocpp_run, peer_run and print_tables. Each run leaves its log in $tmp.
 python=/usr/bin/python3
@@ -25,7 +26,7 @@ zerocpp_run() {  # zerocpp_run RANKS STAGE DTYPE → one JSON line like the peer
  "zero_optimization": {"stage": $stage, "stage3_param_persistence_threshold": 0}, "wall_clock_breakdown": true, "steps_per_print": 1,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}}
 JSON
-  ZERO_BF16_COMPUTE=$path build/apps/zero-run -n "$ranks" build/apps/zero-train "${zero_model[@]}" "${zero_data[@]}" --seq-len "$seq" --config "$tmp/ds.json" \
+  ZERO_BF16_COMPUTE=$path build/apps/zero-run -n "$ranks" build/apps/zero-train "${zero_model[@]}" "${zero_data[@]}" ${zero_extra[@]+"${zero_extra[@]}"} --seq-len "$seq" --config "$tmp/ds.json" \
     --steps $((steps + warmup)) --print-every 1 --eval-every 0 --sample-every 0 --no-progress > "$log" 2>&1
   # The phases from wall_clock_breakdown's lines (rank means, ms), medians over the timed steps.
   "$python" - "$log" "$warmup" "$stage" "$dtype" "$ranks" $((rows * ranks * seq)) <<'PY'

@@ -59,6 +59,25 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // masked, softmax in fp32 (fp64 in fp64). What causal_attention falls back to.
 at::Tensor eager_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window = 0);
 
+// The cross-entropy of the logits h·wᵀ (h [..., C], w [V, C] as linear() uses it) against one
+// target per row of h, as transformers' loss computes it: the logits taken as fp32, the mean over
+// the rows whose target is not ignore_index (mean = false: their sum). On the CPU in fp32 and
+// bf16 compute, `chunk_rows` rows at a time (0: 512): the [N, V] logits never exist whole, the
+// backward makes each chunk's again from the rows' saved log-sum-exp, and the weight's gradient is
+// summed over chunks in fp32 (src/kernels/cross_entropy.cpp). Elsewhere: eager_linear_cross_entropy.
+at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets, bool mean = true,
+                                int64_t ignore_index = -100, int64_t chunk_rows = 0);
+// The same with LibTorch's ops: linear(), then cross_entropy_loss on the whole fp32 logits.
+at::Tensor eager_linear_cross_entropy(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets,
+                                      bool mean = true, int64_t ignore_index = -100);
+
+// transformers' LlamaRMSNorm: weight · (x · 1/√(mean(x²) + eps) computed in fp32, cast back to
+// x's dtype), with `weight` as compute() gives it. On the CPU in fp32 and bf16, one pass forward
+// (src/kernels/rms_norm_kernels.h: LibTorch's roundings), keeping x and one float per row.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// The same with LibTorch's ops.
+at::Tensor eager_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 // False when ZERO_FUSED_KERNELS=0: every fused op computes with LibTorch's own ops instead (to
 // compare, or to rule the kernels out).
 bool fused_kernels_enabled();

@@ -78,27 +78,27 @@ Gpt::Gpt(const GptShape& s) : shape(s) {
   lnfb = register_parameter("lnfb", torch::zeros({s.channels}));
 }
 
-at::Tensor Gpt::forward(const at::Tensor& tokens) {
+at::Tensor Gpt::hidden(const at::Tensor& tokens) {
   namespace F = torch::nn::functional;
   const int64_t T = tokens.size(1);
   // wte is tied: the input embedding and the output projection.
   at::Tensor x = F::embedding(tokens, compute(wte)) + compute(wpe).narrow(0, 0, T);
   x = zero::checkpointing::run_blocks(blocks, x, checkpoint_every);
-  x = F::layer_norm(x, F::LayerNormFuncOptions({shape.channels}).weight(compute(lnfw)).bias(compute(lnfb)).eps(1e-5));
-  // Only the real vocabulary: the padded rows take no part in softmax or loss.
-  return zero::linear(x, wte.narrow(0, 0, shape.vocab));
+  return F::layer_norm(x, F::LayerNormFuncOptions({shape.channels}).weight(compute(lnfw)).bias(compute(lnfb)).eps(1e-5));
 }
 
+// Only the real vocabulary: the padded rows take no part in softmax or loss.
+at::Tensor Gpt::forward(const at::Tensor& tokens) { return zero::linear(hidden(tokens), wte.narrow(0, 0, shape.vocab)); }
+
 at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  at::Tensor logits = forward(tokens);
-  return torch::cross_entropy_loss(logits.reshape({-1, shape.vocab}).to(torch::kFloat), targets.reshape(-1));
+  return zero::linear_cross_entropy(hidden(tokens), wte.narrow(0, 0, shape.vocab), targets);
 }
 
 ActivationBytes gpt_activation_bytes(const GptShape& s, int64_t rows, int64_t seq, int64_t checkpoint_every) {
   const int64_t tokens = rows * seq;
   const int64_t block = 4 * tokens * (16 * s.channels + s.heads + 4);
   const int64_t input = 4 * tokens * s.channels;
-  const int64_t outside = 4 * tokens * (2 * s.channels + 2 + s.vocab);
+  const int64_t outside = 4 * tokens * (2 * s.channels + 3);
   ActivationBytes out;
   out.backward_working_set = 3 * 4 * rows * s.heads * std::min<int64_t>(seq, zero::attention_query_block(at::kFloat)) * seq;
   out.without_checkpointing = outside + s.layers * block + out.backward_working_set;

@@ -29,8 +29,10 @@ struct Gpt : torch::nn::Module {
   explicit Gpt(const GptShape& shape);
   // tokens [B, T] (int64, T <= maxT) → logits [B, T, V] (the padded rows dropped).
   at::Tensor forward(const at::Tensor& tokens);
-  // Mean cross-entropy over all B·T positions.
+  // Mean cross-entropy over all B·T positions (zero::linear_cross_entropy: the logits never whole).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets);
+  // The final LayerNorm's output [B, T, C], which the tied output projection turns into logits.
+  at::Tensor hidden(const at::Tensor& tokens);
 
   GptShape shape;
   // Activation checkpointing: blocks 0, k, 2k, ... run under checkpointing::checkpoint, keeping

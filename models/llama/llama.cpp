@@ -42,13 +42,6 @@ bool has_tensor(const std::vector<HfTensor>& tensors, const std::string& name) {
 
 std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
-// transformers' LlamaRMSNorm (and Qwen2's, Mistral's): in fp32, cast back, then the weight.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return compute(weight) * normed.to(x.scalar_type());
-}
-
 at::Tensor linear(const at::Tensor& x, const Weights& w) {
   return zero::linear(x, w.weight, w.bias);
 }
@@ -331,10 +324,7 @@ at::Tensor LlamaForCausalLM::head_loss(const at::Tensor& h, const at::Tensor& ta
     return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1), vocab_start,
                                         *place.group, mean, -100);
   }
-  const at::Tensor logits = zero::linear(h, output_weight());
-  const at::Tensor loss = torch::cross_entropy_loss(logits.reshape({-1, config.vocab_size}).to(torch::kFloat),
-                                                    targets.reshape(-1), {}, mean ? at::Reduction::Mean : at::Reduction::Sum,
-                                                    -100);
+  const at::Tensor loss = zero::linear_cross_entropy(h, output_weight(), targets, mean, -100);
   if (!load_balance || load_balance->empty()) return loss;
   // transformers adds router_aux_loss_coef x the load-balancing loss of this forward's routers.
   if (!mean) {

@@ -1,7 +1,7 @@
 // zero::causal_attention (zero/compute.h): exact attention a block of queries at a time, so no
 // [T, T] tensor ever exists. Each block of queries meets only the keys it may see (a causal
 // block's keys end at its last query; a window's start at its first query's reach), in one
-// matrix product per block; the row kernels (attention_kernels.h) turn its scores into
+// matrix product per block; the row kernels (softmax_kernels.h) turn its scores into
 // probabilities in one pass and keep each row's log-sum-exp, from which the backward recomputes
 // them. The rows of a block are whole (every key a query sees is in its block's product), so
 // the softmax is the ordinary one, not an online rescaling.
@@ -18,7 +18,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/attention_kernels.h"
+#include "kernels/softmax_kernels.h"
 #include "kernels/raw_data.h"
 #include "zero/compute.h"
 #include "zero/error.h"

@@ -1,4 +1,4 @@
-// Highway helpers the fused kernels share (swiglu_kernels.cpp, attention_kernels.cpp): bf16 as
+// Highway helpers the fused kernels share (swiglu_kernels.cpp, softmax_kernels.cpp): bf16 as
 // fp32 lanes and back, and one vector over a range's ragged tail. Included once per SIMD target
 // from inside a kernel file's HWY_NAMESPACE, hence the per-target include guard.
 #if defined(ZERO_KERNELS_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)

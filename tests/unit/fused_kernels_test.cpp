@@ -216,3 +216,137 @@ TEST(FusedKernels, AttentionFallsBackToEagerAttention) {
   EXPECT_TRUE(torch::allclose(zero::causal_attention(q, k, v, 4), eager_attention(q, k, v, 4), 1e-12, 1e-12));
   EXPECT_THROW(zero::causal_attention(q, k.narrow(1, 0, 1).repeat({1, 3, 1, 1}), v), zero::Error);
 }
+
+namespace {
+
+struct LossResult {
+  at::Tensor loss, dh, dw;
+};
+
+// Rows of h [N, C] against w [V, C]: logits of a few units; some targets ignored (-100).
+struct LossInputs {
+  at::Tensor h, w, targets;
+};
+LossInputs loss_inputs(int64_t N, int64_t C, int64_t V, uint64_t seed) {
+  torch::manual_seed(seed);
+  LossInputs in{torch::randn({N, C}, torch::kDouble), torch::randn({V, C}, torch::kDouble) * 0.5,
+                torch::randint(V, {N}, torch::kLong)};
+  for (int64_t i = 3; i < N; i += 7) in.targets[i] = -100;
+  in.targets[0] = 0, in.targets[1] = V - 1;  // the vocabulary's ends
+  return in;
+}
+
+template <class Loss>
+LossResult loss_of(const at::Tensor& h_in, const at::Tensor& w_in, Loss loss_fn) {
+  const at::Tensor h = h_in.clone().requires_grad_(true), w = w_in.clone().requires_grad_(true);
+  const at::Tensor loss = loss_fn(h, w);
+  (loss * 3).backward();  // an upstream gradient other than 1
+  return {loss.detach(), h.grad(), w.grad()};
+}
+
+}  // namespace
+
+// fp32: the chunked loss (ragged chunks, ignored rows, mean and sum) against cross_entropy_loss on
+// the whole logits in fp64, values and gradients within 1e-5 relative.
+TEST(FusedKernels, LinearCrossEntropyMatchesTheWholeLogitsInFp32) {
+  const LossInputs in = loss_inputs(37, 24, 301, 12);
+  for (const bool mean : {true, false}) {
+    for (const int64_t chunk : {int64_t{8}, int64_t{0}}) {
+      const LossResult want = loss_of(in.h, in.w, [&](auto& h, auto& w) {
+        return zero::eager_linear_cross_entropy(h, w, in.targets, mean, -100);
+      });
+      const LossResult got = loss_of(in.h.to(at::kFloat), in.w.to(at::kFloat), [&](auto& h, auto& w) {
+        return zero::linear_cross_entropy(h, w, in.targets, mean, -100, chunk);
+      });
+      EXPECT_LE(relative_error(got.loss, want.loss), 1e-5) << "mean " << mean << " chunk " << chunk;
+      EXPECT_LE(relative_error(got.dh, want.dh), 1e-5) << "mean " << mean << " chunk " << chunk;
+      EXPECT_LE(relative_error(got.dw, want.dw), 1e-5) << "mean " << mean << " chunk " << chunk;
+      EXPECT_TRUE(got.dh[3].eq(0).all().item<bool>()) << "an ignored row has no gradient";
+    }
+  }
+}
+
+// bf16 (logits in bf16, the loss in fp32 from them): as close to the fp64 answer for the same bf16
+// inputs as LibTorch's bf16 linear + fp32 cross-entropy, with 25% slack for w's gradient, which
+// takes one more rounding per chunk's share before the fp32 sum (measured 1.14× LibTorch's error
+// with 5 chunks of 8 rows; 1.0× in one chunk), 10% for the rest.
+TEST(FusedKernels, LinearCrossEntropyInBf16IsAsAccurateAsLibTorchsOps) {
+  const LossInputs in = loss_inputs(37, 24, 301, 13);
+  const at::Tensor h = in.h.to(at::kBFloat16), w = in.w.to(at::kBFloat16);
+  for (const int64_t chunk : {int64_t{8}, int64_t{0}}) {
+    const LossResult exact = loss_of(h.to(at::kDouble), w.to(at::kDouble), [&](auto& h, auto& w) {
+      return zero::eager_linear_cross_entropy(h, w, in.targets);
+    });
+    const LossResult libtorch =
+        loss_of(h, w, [&](auto& h, auto& w) { return zero::eager_linear_cross_entropy(h, w, in.targets); });
+    const LossResult got =
+        loss_of(h, w, [&](auto& h, auto& w) { return zero::linear_cross_entropy(h, w, in.targets, true, -100, chunk); });
+    for (const auto& [name, a, b, want] : {std::tuple{"loss", got.loss, libtorch.loss, exact.loss},
+                                           std::tuple{"dh", got.dh, libtorch.dh, exact.dh},
+                                           std::tuple{"dw", got.dw, libtorch.dw, exact.dw}}) {
+      const double ours = rms_error(a, want), theirs = rms_error(b, want);
+      const double slack = std::string(name) == "dw" ? 1.25 : 1.1;
+      EXPECT_LE(ours, slack * theirs + 1e-6) << name << " chunk " << chunk << ": LibTorch's bf16 error " << theirs;
+    }
+  }
+}
+
+// A target outside the vocabulary is an error naming it, as cross_entropy_loss's is.
+TEST(FusedKernels, LinearCrossEntropyRefusesATargetOutsideTheVocabulary) {
+  const at::Tensor h = torch::randn({4, 8}), w = torch::randn({10, 8});
+  EXPECT_THROW(zero::linear_cross_entropy(h, w, torch::tensor({1, 2, 10, 3}, torch::kLong)), zero::Error);
+  EXPECT_NO_THROW(zero::linear_cross_entropy(h, w, torch::tensor({1, 2, -100, 3}, torch::kLong)));
+}
+
+namespace {
+
+struct NormResult {
+  at::Tensor y, dx, dw;
+};
+
+template <class Norm>
+NormResult norm_of(const at::Tensor& x_in, const at::Tensor& w_in, const at::Tensor& dy, Norm norm) {
+  const at::Tensor x = x_in.clone().requires_grad_(true), w = w_in.clone().requires_grad_(true);
+  const at::Tensor y = norm(x, w);
+  y.backward(dy);
+  return {y.detach(), x.grad(), w.grad()};
+}
+
+}  // namespace
+
+// fp32: values and gradients within 1e-5 relative of LibTorch's ops in fp64, rows of a ragged
+// width and more rows than one thread's task (64) in several tasks' weight-gradient sums.
+TEST(FusedKernels, RmsNormMatchesLibTorchInFp32) {
+  torch::manual_seed(14);
+  for (const int64_t C : {7, 100, 576}) {
+    const at::Tensor x = torch::randn({3, 70, C}, torch::kDouble) * 3, w = torch::randn({C}, torch::kDouble),
+                     dy = torch::randn({3, 70, C}, torch::kDouble);
+    const NormResult want = norm_of(x, w, dy, [](auto& x, auto& w) { return zero::eager_rms_norm(x, w, 1e-5); });
+    const NormResult got = norm_of(x.to(at::kFloat), w.to(at::kFloat), dy.to(at::kFloat),
+                                   [](auto& x, auto& w) { return zero::rms_norm(x, w, 1e-5); });
+    EXPECT_LE(relative_error(got.y, want.y), 1e-5) << C;
+    EXPECT_LE(relative_error(got.dx, want.dx), 1e-5) << C;
+    EXPECT_LE(relative_error(got.dw, want.dw), 1e-5) << C;
+  }
+}
+
+// bf16: the kernels round where LibTorch's bf16 ops round, so y is LibTorch's but where the sum
+// of squares in another order moves a rounding (within 1 bf16 ulp in at most 1 % of the
+// elements). x's gradient is two fp32 terms that nearly cancel, and w's a sum over 210 rows'
+// rounded products, both in another order than LibTorch's: as close to fp64 as LibTorch's own
+// (RMS, 10% slack).
+TEST(FusedKernels, RmsNormMatchesLibTorchInBf16) {
+  torch::manual_seed(15);
+  for (const int64_t C : {7, 100, 576}) {
+    const at::Tensor x = (torch::randn({3, 70, C}) * 3).to(at::kBFloat16), w = torch::randn({C}).to(at::kBFloat16),
+                     dy = torch::randn({3, 70, C}).to(at::kBFloat16);
+    const NormResult want = norm_of(x, w, dy, [](auto& x, auto& w) { return zero::eager_rms_norm(x, w, 1e-5); });
+    const NormResult got = norm_of(x, w, dy, [](auto& x, auto& w) { return zero::rms_norm(x, w, 1e-5); });
+    const NormResult exact = norm_of(x.to(at::kDouble), w.to(at::kDouble), dy.to(at::kDouble),
+                                     [](auto& x, auto& w) { return zero::eager_rms_norm(x, w, 1e-5); });
+    EXPECT_LE(max_bf16_ulps(got.y, want.y), 1) << "y C " << C;
+    EXPECT_LE(got.y.ne(want.y).sum().item<int64_t>(), std::max<int64_t>(1, got.y.numel() / 100)) << "y C " << C;
+    EXPECT_LE(rms_error(got.dx, exact.dx), 1.1 * rms_error(want.dx, exact.dx) + 1e-6) << "dx C " << C;
+    EXPECT_LE(rms_error(got.dw, exact.dw), 1.1 * rms_error(want.dw, exact.dw) + 1e-6) << "dw C " << C;
+  }
+}

@@ -1,6 +1,6 @@
-// Causal attention's row kernels (attention_kernels.h). Compiled once per SIMD target by Highway.
+// Softmax rows for attention and the loss (softmax_kernels.h). Compiled once per SIMD target by Highway.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/attention_kernels.cpp"
+#define HWY_TARGET_INCLUDE "kernels/softmax_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
@@ -10,7 +10,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/attention_kernels.h"
+#include "kernels/softmax_kernels.h"
 #include "kernels/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -102,6 +102,44 @@ void ScoresGradRow(const T* HWY_RESTRICT s, const T* HWY_RESTRICT dp, const Scor
   ZeroHidden(row, ds);
 }
 
+template <class T>
+void LogSumExpRow(const T* HWY_RESTRICT x, int64_t n, float* HWY_RESTRICT lse) {
+  const hn::ScalableTag<float> df;
+  const auto minus_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  auto max = minus_inf;
+  ForEachVisible(df, 0, n, [&](int64_t i, int64_t count, auto first) {
+    max = hn::Max(max, hn::IfThenElse(first, LoadFirst(df, x + i, count), minus_inf));
+  });
+  const auto top = hn::MaxOfLanes(df, max);
+  auto sum = hn::Zero(df);
+  ForEachVisible(df, 0, n, [&](int64_t i, int64_t count, auto first) {
+    sum = hn::Add(sum, hn::IfThenElseZero(first, hn::Exp(df, hn::Sub(LoadFirst(df, x + i, count), top))));
+  });
+  *lse = hn::GetLane(top) + std::log(hn::GetLane(hn::SumOfLanes(df, sum)));
+}
+
+template <class T>
+void CrossEntropyGradRow(const T* HWY_RESTRICT x, int64_t n, float lse, int64_t target, float scale,
+                         T* HWY_RESTRICT dx) {
+  const hn::ScalableTag<float> df;
+  const auto shift = hn::Set(df, lse), by = hn::Set(df, scale);
+  ForEachVisible(df, 0, n, [&](int64_t i, int64_t count, auto) {
+    StoreFirst(df, hn::Mul(hn::Exp(df, hn::Sub(LoadFirst(df, x + i, count), shift)), by), dx + i, count);
+  });
+  // The target's −scale, on its lane's value as computed above.
+  const auto at_target = hn::Mul(hn::Exp(df, hn::Sub(LoadFirst(df, x + target, 1), shift)), by);
+  StoreFirst(df, hn::Sub(at_target, by), dx + target, 1);
+}
+
+void LogSumExpRowF32(const float* x, int64_t n, float* lse) { LogSumExpRow(x, n, lse); }
+void LogSumExpRowBf16(const uint16_t* x, int64_t n, float* lse) { LogSumExpRow(x, n, lse); }
+void CrossEntropyGradRowF32(const float* x, int64_t n, float lse, int64_t target, float scale, float* dx) {
+  CrossEntropyGradRow(x, n, lse, target, scale, dx);
+}
+void CrossEntropyGradRowBf16(const uint16_t* x, int64_t n, float lse, int64_t target, float scale, uint16_t* dx) {
+  CrossEntropyGradRow(x, n, lse, target, scale, dx);
+}
+
 void SoftmaxRowF32(const float* s, const ScoreRow& row, float* p, float* lse, float* work) {
   SoftmaxRow(s, row, p, lse, work);
 }
@@ -131,6 +169,10 @@ HWY_EXPORT(ProbsRowF32);
 HWY_EXPORT(ProbsRowBf16);
 HWY_EXPORT(ScoresGradRowF32);
 HWY_EXPORT(ScoresGradRowBf16);
+HWY_EXPORT(LogSumExpRowF32);
+HWY_EXPORT(LogSumExpRowBf16);
+HWY_EXPORT(CrossEntropyGradRowF32);
+HWY_EXPORT(CrossEntropyGradRowBf16);
 
 void attention_softmax_row(const float* s, const ScoreRow& row, float* p, float* lse, float* work) {
   HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)(s, row, p, lse, work);
@@ -151,6 +193,17 @@ void attention_scores_grad_row(const float* s, const float* dp, const ScoreRow& 
 void attention_scores_grad_row_bf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse,
                                     uint16_t* ds, float* work) {
   HWY_DYNAMIC_DISPATCH(ScoresGradRowBf16)(s, dp, row, lse, ds, work);
+}
+
+void log_sum_exp_row(const float* x, int64_t n, float* lse) { HWY_DYNAMIC_DISPATCH(LogSumExpRowF32)(x, n, lse); }
+void log_sum_exp_row_bf16(const uint16_t* x, int64_t n, float* lse) {
+  HWY_DYNAMIC_DISPATCH(LogSumExpRowBf16)(x, n, lse);
+}
+void cross_entropy_grad_row(const float* x, int64_t n, float lse, int64_t target, float scale, float* dx) {
+  HWY_DYNAMIC_DISPATCH(CrossEntropyGradRowF32)(x, n, lse, target, scale, dx);
+}
+void cross_entropy_grad_row_bf16(const uint16_t* x, int64_t n, float lse, int64_t target, float scale, uint16_t* dx) {
+  HWY_DYNAMIC_DISPATCH(CrossEntropyGradRowBf16)(x, n, lse, target, scale, dx);
 }
 
 }  // namespace zero::kernels

@@ -1,7 +1,8 @@
-// Causal attention's row kernels (Google Highway, dispatched at run time), torch-free: the work
-// between the matrix products of one row of scores, in fp32 or bf16 (as raw 16-bit patterns),
-// so that the scores, probabilities and their gradients each take one pass over memory.
+// Softmax over rows, the work between the matrix products of causal attention and of the loss
+// (Google Highway, dispatched at run time), torch-free, in fp32 or bf16 (as raw 16-bit patterns):
+// each row's scores, probabilities and their gradients take one pass over memory.
 //
+// Attention:
 // A row is one query's raw scores s = q·kᵀ over m keys, of which [lo, hi) are visible (causal,
 // and a sliding window's start). x = s · scale is rounded to bf16 in bf16 (LibTorch multiplies a
 // bf16 tensor by a scalar rounded to bf16: pass it so), the softmax is fp32, and every output
@@ -33,5 +34,15 @@ void attention_scores_grad_row(const float* s, const float* dp, const ScoreRow& 
                                float* work);
 void attention_scores_grad_row_bf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse,
                                     uint16_t* ds, float* work);
+
+// Cross-entropy: one row of n logits x (in the model's compute dtype; the loss takes them as
+// fp32, as transformers' does).
+// *lse = log Σ exp(x), the loss of target t being lse − x[t].
+void log_sum_exp_row(const float* x, int64_t n, float* lse);
+void log_sum_exp_row_bf16(const uint16_t* x, int64_t n, float* lse);
+// dx = (exp(x − lse) − [j = t]) · scale in x's dtype: the loss's gradient for an upstream scale
+// (the upstream gradient, over the counted rows for a mean).
+void cross_entropy_grad_row(const float* x, int64_t n, float lse, int64_t target, float scale, float* dx);
+void cross_entropy_grad_row_bf16(const uint16_t* x, int64_t n, float lse, int64_t target, float scale, uint16_t* dx);
 
 }  // namespace zero::kernels
