@@ -5,8 +5,8 @@
 # on every layer, at T = 2048, 8192 and 16384: with the fused kernels (zero::causal_attention: no
 # [T, T] tensor) and without them (ZERO_FUSED_KERNELS=0: LibTorch's eager attention, whose fp32
 # scores alone are heads·T²·4 bytes per layer). Each run is one step (peak RSS is reached in the
-# first); the eager runs stop at --eager-up-to (default 8192: at 16384 its scores, their softmax
-# and the bf16 probabilities, ~24 GiB per rank, do not fit this machine).
+# first); the eager runs stop at --eager-up-to (default 8192; a run that does not finish a step,
+# e.g. killed for memory, is a row saying how it ended).
 #   bench/long_context.sh [--seqs "2048 8192 16384"] [--eager-up-to T]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,8 +38,18 @@ echo "| ---: | --- | ---: | ---: | ---: |"
 for seq in $seqs; do
   for fused in 1 0; do
     [[ $fused == 0 && $seq -gt $eager_up_to ]] && continue
-    line=$(ZERO_FUSED_KERNELS=$fused zerocpp_run 2 3 bf16)
-    "$python" -c 'import json, sys; r = json.loads(sys.argv[1]); print(f"| {sys.argv[2]} | {sys.argv[3]} | " + " / ".join(str(k // 1024) for k in r["rss_kib"]) + f" | {r[\"median_ms\"] / 1e3:.1f} | {r[\"first_loss\"]:.4f} |")' \
-      "$line" "$seq" "$([[ $fused == 1 ]] && echo "zero::causal_attention" || echo "LibTorch eager ([T, T] scores)")"
+    attention=$([[ $fused == 1 ]] && echo "zero::causal_attention" || echo "LibTorch eager ([T, T] scores)")
+    if ! line=$(ZERO_FUSED_KERNELS=$fused zerocpp_run 2 3 bf16 2> /dev/null); then
+      # No step finished: say how it ended (an out-of-memory kill shows as a signal).
+      why=$(grep -m1 -iE "killed|signal|error|what\(\)" "$tmp/zerocpp-3-bf16-2.log" | cut -c1-160 || true)
+      echo "| $seq | $attention | did not train: ${why:-see the log} | | |"
+      continue
+    fi
+    "$python" - "$line" "$seq" "$attention" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+rss = " / ".join(str(k // 1024) for k in r["rss_kib"])
+print("| %s | %s | %s | %.1f | %.4f |" % (sys.argv[2], sys.argv[3], rss, r["median_ms"] / 1e3, r["first_loss"]))
+PY
   done
 done

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "models/llama/llama.h"
@@ -212,6 +213,72 @@ void attention_benchmarks(int64_t heads, int64_t kv_heads, int64_t head_dim, int
   fmt::print("\n");
 }
 
+// RMSNorm over `rows` × `width` (forward reads x, writes y: 2 n; backward reads dy and x, writes
+// dx: 3 n, at the copy bandwidth) and the loss from `rows` hidden states of `width` through a
+// `vocab` × `width` output projection (its products' 2·N·V·C forward and 4·N·V·C backward at the
+// GEMM peak): LibTorch's ops against the fused ones.
+void norm_and_loss_benchmarks(int64_t rows, int64_t width, int64_t vocab, at::ScalarType dtype, double stream,
+                              double peak) {
+  const char* name = dtype == at::kBFloat16 ? "bf16" : "fp32";
+  const at::Tensor x_in = torch::randn({rows, width}).to(dtype), w_in = torch::randn({width}).to(dtype);
+  const at::Tensor dy = torch::randn({rows, width}).to(dtype);
+  const double n = static_cast<double>(x_in.numel()) * x_in.element_size();
+  fmt::print("| RMSNorm {} x {}, {} | forward ms | backward ms |\n| --- | ---: | ---: |\n", rows, width, name);
+  fmt::print("| bound: copy bandwidth | {:.3f} | {:.3f} |\n", 2 * n / stream * 1e3, 3 * n / stream * 1e3);
+  for (const bool fused : {false, true}) {
+    const at::Tensor x = x_in.clone().requires_grad_(true), w = w_in.clone().requires_grad_(true);
+    auto norm = [&] { return fused ? zero::rms_norm(x, w, 1e-5) : zero::eager_rms_norm(x, w, 1e-5); };
+    const double forward = seconds_of([&] { norm(); }, 5);
+    const double backward = seconds_of([&] { norm().backward(dy); }, 5) - forward;
+    fmt::print("| {} | {:.3f} | {:.3f} |\n", fused ? "fused (zero::rms_norm)" : "LibTorch ops", forward * 1e3,
+               backward * 1e3);
+  }
+  const at::Tensor h_in = torch::randn({rows, width}).to(dtype), out_in = (torch::randn({vocab, width}) * 0.02).to(dtype);
+  const at::Tensor targets = torch::randint(vocab, {rows}, torch::kLong);
+  const double products = 2.0 * static_cast<double>(rows) * vocab * width;
+  fmt::print("\n| loss, {} hidden states x {} vocabulary, {} | forward ms | backward ms |\n| --- | ---: | ---: |\n",
+             rows, vocab, name);
+  fmt::print("| bound: products at the GEMM peak | {:.1f} | {:.1f} |\n", products / peak * 1e3, 2 * products / peak * 1e3);
+  for (const bool fused : {false, true}) {
+    const at::Tensor h = h_in.clone().requires_grad_(true), w = out_in.clone().requires_grad_(true);
+    auto loss = [&] {
+      return fused ? zero::linear_cross_entropy(h, w, targets) : zero::eager_linear_cross_entropy(h, w, targets);
+    };
+    const double forward = seconds_of([&] { loss(); }, 3);
+    const double backward = seconds_of([&] { loss().backward(); }, 3) - forward;
+    fmt::print("| {} | {:.1f} | {:.1f} |\n", fused ? "chunked (zero::linear_cross_entropy)" : "LibTorch: whole logits",
+               forward * 1e3, backward * 1e3);
+  }
+  fmt::print("\n");
+}
+
+// Rotary embedding of `heads` heads of `head_dim` over `seq` tokens, read out of a projection's
+// [1, T, heads·D] output as attention reads them: LibTorch's ops against the fused kernel and the
+// copy bound (forward reads x and writes the result, backward reads the gradient and writes x's:
+// 2 n each; the cos and sin tables are cache-resident).
+void rope_benchmarks(int64_t heads, int64_t head_dim, int64_t seq, at::ScalarType dtype, double stream) {
+  const at::Tensor angles = torch::rand({seq, head_dim}) * 20;
+  const at::Tensor cos = angles.cos().to(dtype), sin = angles.sin().to(dtype);
+  const at::Tensor projected = torch::randn({1, seq, heads * head_dim}).to(dtype);
+  const at::Tensor dout = torch::randn({1, heads, seq, head_dim}).to(dtype);
+  const double n = static_cast<double>(projected.numel()) * projected.element_size();
+  fmt::print("| RoPE {} heads x {} tokens x {}, {} | forward ms | backward ms |\n| --- | ---: | ---: |\n", heads, seq,
+             head_dim, dtype == at::kBFloat16 ? "bf16" : "fp32");
+  fmt::print("| bound: copy bandwidth | {:.3f} | {:.3f} |\n", 2 * n / stream * 1e3, 2 * n / stream * 1e3);
+  for (const bool fused : {false, true}) {
+    const at::Tensor p = projected.clone().requires_grad_(true);
+    auto rotate = [&] {
+      const at::Tensor x = p.view({1, seq, heads, head_dim}).transpose(1, 2);
+      return fused ? zero::rotary_embedding(x, cos, sin) : zero::eager_rotary_embedding(x, cos, sin);
+    };
+    const double forward = seconds_of([&] { rotate(); }, 5);
+    const double backward = seconds_of([&] { rotate().backward(dout); }, 5) - forward;
+    fmt::print("| {} | {:.3f} | {:.3f} |\n", fused ? "fused (zero::rotary_embedding)" : "LibTorch ops", forward * 1e3,
+               backward * 1e3);
+  }
+  fmt::print("\n");
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -225,8 +292,14 @@ int run(int argc, char** argv) {
   app.add_option("--dtype", dtype_name)->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--warmup", warmup, "steps before the profiled one")->capture_default_str();
   app.add_option("--top", top, "ops printed per phase")->capture_default_str();
+  int64_t timed = 1;
+  app.add_option("--timed", timed, "steps timed without the profiler (the median is printed)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bool profiled = true;
+  app.add_flag("!--no-profile", profiled, "only the timed steps: no profiled step, no op tables");
   bool kernels = false;
-  app.add_flag("--kernels", kernels, "only the fused kernels' microbenchmarks (the MLP and attention at --seq x --rows)");
+  app.add_flag("--kernels", kernels, "only the fused kernels' microbenchmarks (SwiGLU, attention, RoPE, RMSNorm, the loss at --seq x --rows)");
   bool flush_denormal = false;
   app.add_flag("--flush-denormal", flush_denormal, "subnormal floats as zero (torch.set_flush_denormal)");
   CLI11_PARSE(app, argc, argv);
@@ -242,6 +315,8 @@ int run(int argc, char** argv) {
     fmt::print("bounds measured here: copy {:.1f} GB/s (256 MiB), one thread\n\n", stream / 1e9);
     kernel_benchmarks(rows * seq, c.intermediate_size, dtype, stream);
     attention_benchmarks(c.num_attention_heads, c.num_key_value_heads, c.head_dim, seq, dtype, peak);
+    rope_benchmarks(c.num_attention_heads, c.head_dim, rows * seq, dtype, stream);
+    norm_and_loss_benchmarks(rows * seq, c.hidden_size, c.vocab_size, dtype, stream, peak);
     return 0;
   }
   torch::manual_seed(1);
@@ -281,10 +356,23 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "warm-up step {}: {} minor page faults\n", i + 1, minor_faults() - faults);
   }
   const int64_t plain_faults = minor_faults();
-  const auto plain_start = Clock::now();
-  step();
-  const double plain = std::chrono::duration<double>(Clock::now() - plain_start).count();
-  const int64_t plain_fresh = minor_faults() - plain_faults;
+  std::vector<double> plain_steps;
+  for (int64_t i = 0; i < timed; ++i) {
+    const auto plain_start = Clock::now();
+    step();
+    plain_steps.push_back(std::chrono::duration<double>(Clock::now() - plain_start).count());
+  }
+  std::sort(plain_steps.begin(), plain_steps.end());
+  const double plain = plain_steps[plain_steps.size() / 2];  // the median
+  const int64_t plain_fresh = (minor_faults() - plain_faults) / timed;
+  const double model_flops = 6.0 * static_cast<double>(zero::llama::llama_parameter_count(c)) * rows * seq;
+  if (!profiled) {
+    fmt::print("{}, {} x {} tokens, {}: median of {} steps without the profiler {:.3f} s ({:.1f} GFLOP/s, {:.0f} % of "
+               "the GEMM peak {:.1f} GFLOP/s)\n",
+               config_path, rows, seq, dtype_name, timed, plain, model_flops / plain / 1e9,
+               100 * model_flops / plain / peak, peak / 1e9);
+    return 0;
+  }
   const torch::profiler::impl::ProfilerConfig profile(torch::profiler::impl::ProfilerState::CPU,
                                                       /*report_input_shapes=*/true);
   // A profiled step first, discarded: the profiler's records take memory that the step's tensors
@@ -303,13 +391,12 @@ int run(int argc, char** argv) {
   std::map<std::string, double> phase_wall_us;
   const auto ops = aggregate(profiler::disableProfilerLegacy(), bf16 ? 2 : 4, phase_wall_us);
 
-  const double model_flops = 6.0 * static_cast<double>(zero::llama::llama_parameter_count(c)) * rows * seq;
   fmt::print("{}: {} layers, hidden {}, {} parameters; {} x {} tokens, {}, one thread\n", config_path,
              c.num_hidden_layers, c.hidden_size, zero::llama::llama_parameter_count(c), rows, seq, dtype_name);
   fmt::print("bounds measured here: GEMM {:.1f} GFLOP/s ({}, 1024^2), copy {:.1f} GB/s (256 MiB)\n", peak / 1e9,
              dtype_name, stream / 1e9);
-  fmt::print("a step without the profiler: {:.3f} s ({:.1f} GFLOP/s, {:.0f} % of the GEMM peak; {} minor page faults)\n",
-             plain, model_flops / plain / 1e9, 100 * model_flops / plain / peak, plain_fresh);
+  fmt::print("a step without the profiler (median of {}): {:.3f} s ({:.1f} GFLOP/s, {:.0f} % of the GEMM peak; {} minor page faults)\n",
+             timed, plain, model_flops / plain / 1e9, 100 * model_flops / plain / peak, plain_fresh);
   fmt::print("profiled step: {:.3f} s (6 x parameters x tokens = {:.1f} GFLOP: {:.1f} GFLOP/s, {:.0f} % of the GEMM peak)\n",
              wall, model_flops / 1e9, model_flops / wall / 1e9, 100 * model_flops / wall / peak);
   fmt::print("in it: {} minor page faults ({:.0f} MiB of fresh pages), {:.3f} s of system time\n\n",

@@ -78,6 +78,15 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // The same with LibTorch's ops.
 at::Tensor eager_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// Rotary position embedding in transformers' rotate-half form, x · cos + rotate_half(x) · sin, for
+// x [B, n, T, D] (any strides with the last dimension dense: a projection's output viewed by
+// head) and cos, sin [T, D] in x's dtype → [B, n, T, D] contiguous. On the CPU in fp32 and bf16,
+// one pass forward and backward with LibTorch's roundings (src/kernels/rope_kernels.h), its
+// gradient in x's layout, nothing of x kept.
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// The same with LibTorch's ops.
+at::Tensor eager_rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 // False when ZERO_FUSED_KERNELS=0: every fused op computes with LibTorch's own ops instead (to
 // compare, or to rule the kernels out).
 bool fused_kernels_enabled();

@@ -46,10 +46,6 @@ at::Tensor linear(const at::Tensor& x, const Weights& w) {
   return zero::linear(x, w.weight, w.bias);
 }
 
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 // transformers' default inverse frequencies, then its linear or llama3 rescaling
 // (modeling_rope_utils.py), in fp32 and in the same operations (Python's `a / tensor` is
@@ -192,8 +188,8 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
   auto by_head = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
   at::Tensor q = by_head(linear(h, *self_attn->q_proj), H), k = by_head(linear(h, *self_attn->k_proj), KV);
   const at::Tensor v = by_head(linear(h, *self_attn->v_proj), KV);
-  q = q * cos + rotate_half(q) * sin;  // [B, H, T, D], contiguous
-  k = k * cos + rotate_half(k) * sin;
+  q = zero::rotary_embedding(q, cos, sin);  // [B, H, T, D], contiguous
+  k = zero::rotary_embedding(k, cos, sin);
   const at::Tensor attended = zero::causal_attention(q, k, v, config.sliding_window);
   const at::Tensor y = x + leave(attended.transpose(1, 2).reshape({B, T, H * D}), *self_attn->o_proj);
   const at::Tensor n2 = enter(rms_norm(y, whole(post_attention_layernorm->weight), config.rms_norm_eps));

@@ -350,3 +350,32 @@ TEST(FusedKernels, RmsNormMatchesLibTorchInBf16) {
     EXPECT_LE(rms_error(got.dw, exact.dw), 1.1 * rms_error(want.dw, exact.dw) + 1e-6) << "dw C " << C;
   }
 }
+
+// Rotary embedding on heads viewed out of a projection's [B, T, n, D] output (strided), at a head
+// size whose half is not a multiple of any vector's lanes and at Llama's 64: every product and sum
+// is one rounded operation as in LibTorch's ops, so values and gradients are LibTorch's bit for bit
+// in fp32 and bf16, and the gradient comes back in x's layout.
+TEST(FusedKernels, RotaryEmbeddingIsLibTorchsBitForBit) {
+  torch::manual_seed(16);
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (const int64_t D : {24, 64}) {
+      const int64_t B = 2, T = 19, n = 3;
+      const at::Tensor angles = torch::rand({T, D}) * 20;
+      const at::Tensor cos = angles.cos().to(dtype), sin = angles.sin().to(dtype);
+      const at::Tensor projected = (torch::randn({B, T, n * D}) * 3).to(dtype);
+      const at::Tensor dout = torch::randn({B, n, T, D}).to(dtype);
+      at::Tensor grads[2], outs[2];
+      for (const bool fused : {false, true}) {
+        const at::Tensor p = projected.clone().requires_grad_(true);
+        const at::Tensor x = p.view({B, T, n, D}).transpose(1, 2);
+        const at::Tensor out = fused ? zero::rotary_embedding(x, cos, sin) : zero::eager_rotary_embedding(x, cos, sin);
+        out.backward(dout);
+        outs[fused] = out.detach();
+        grads[fused] = p.grad();
+      }
+      EXPECT_TRUE(outs[1].equal(outs[0])) << dtype << " D " << D << " max diff " << (outs[1].to(at::kDouble) - outs[0].to(at::kDouble)).abs().max().item<double>() << " count " << outs[1].ne(outs[0]).sum().item<int64_t>();
+      EXPECT_TRUE(grads[1].equal(grads[0])) << dtype << " D " << D;
+      EXPECT_TRUE(outs[1].is_contiguous());
+    }
+  }
+}
