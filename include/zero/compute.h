@@ -62,9 +62,11 @@ at::Tensor eager_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
 // The cross-entropy of the logits h·wᵀ (h [..., C], w [V, C] as linear() uses it) against one
 // target per row of h, as transformers' loss computes it: the logits taken as fp32, the mean over
 // the rows whose target is not ignore_index (mean = false: their sum). On the CPU in fp32 and
-// bf16 compute, `chunk_rows` rows at a time (0: 512): the [N, V] logits never exist whole, the
-// backward makes each chunk's again from the rows' saved log-sum-exp, and the weight's gradient is
-// summed over chunks in fp32 (src/kernels/cross_entropy.cpp). Elsewhere: eager_linear_cross_entropy.
+// bf16 compute, `chunk_rows` rows at a time (0: 512): the [N, V] logits never exist whole; each
+// chunk's gradients are computed while its logits are at hand (for an upstream gradient of 1,
+// scaled in backward; in fp32 for the weight, summed over chunks), so nothing is computed twice
+// (src/kernels/cross_entropy.cpp). Under no_grad, or for inputs that need no gradient, only the
+// loss. Elsewhere: eager_linear_cross_entropy.
 at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& w, const at::Tensor& targets, bool mean = true,
                                 int64_t ignore_index = -100, int64_t chunk_rows = 0);
 // The same with LibTorch's ops: linear(), then cross_entropy_loss on the whole fp32 logits.

@@ -98,7 +98,7 @@ ActivationBytes gpt_activation_bytes(const GptShape& s, int64_t rows, int64_t se
   const int64_t tokens = rows * seq;
   const int64_t block = 4 * tokens * (16 * s.channels + s.heads + 4);
   const int64_t input = 4 * tokens * s.channels;
-  const int64_t outside = 4 * tokens * (2 * s.channels + 3);
+  const int64_t outside = 4 * tokens * (3 * s.channels + 2) + 4 * s.vocab * s.channels;
   ActivationBytes out;
   out.backward_working_set = 3 * 4 * rows * s.heads * std::min<int64_t>(seq, zero::attention_query_block(at::kFloat)) * seq;
   out.without_checkpointing = outside + s.layers * block + out.backward_working_set;

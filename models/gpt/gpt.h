@@ -46,7 +46,9 @@ struct Gpt : torch::nn::Module {
 // GptBlock::forward's saved tensors: per block and token 16·C + NH + 4 floats (the block input,
 // both LayerNorm inputs and outputs, q, k and v made contiguous, the attention's log-sum-exp per
 // head, the attention output, the MLP's 4·C input and GELU output, LayerNorm statistics); outside
-// the blocks 2·C + 2 + V floats per token (the final LayerNorm, the log-softmax of the logits).
+// the blocks 3·C + 2 floats per token (the final LayerNorm's input, output and statistics, and
+// the gradient zero::linear_cross_entropy computed for its input in the forward) and the output
+// projection's gradient, V·C floats (no logits are kept).
 // With blocks 0, k, 2k, ... checkpointed, each of those keeps only its input (C floats per token)
 // and one block's activations exist again while it is recomputed. The peak adds backward's
 // working set in one block: the attention's scores, probabilities and their gradient for one

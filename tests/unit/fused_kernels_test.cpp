@@ -267,9 +267,11 @@ TEST(FusedKernels, LinearCrossEntropyMatchesTheWholeLogitsInFp32) {
 }
 
 // bf16 (logits in bf16, the loss in fp32 from them): as close to the fp64 answer for the same bf16
-// inputs as LibTorch's bf16 linear + fp32 cross-entropy, with 25% slack for w's gradient, which
-// takes one more rounding per chunk's share before the fp32 sum (measured 1.14× LibTorch's error
-// with 5 chunks of 8 rows; 1.0× in one chunk), 10% for the rest.
+// inputs as LibTorch's bf16 linear + fp32 cross-entropy, with 10 % slack for the loss and 30 % for
+// the gradients. Those are computed in the forward for an upstream gradient of 1, and multiplying
+// them by this test's 3 rounds h's once more (measured 1.21× LibTorch's error; a loss scale or
+// 1/accumulation that is a power of two multiplies exactly); w's takes one more rounding per
+// chunk's share before the fp32 sum (1.14× with 5 chunks of 8 rows).
 TEST(FusedKernels, LinearCrossEntropyInBf16IsAsAccurateAsLibTorchsOps) {
   const LossInputs in = loss_inputs(37, 24, 301, 13);
   const at::Tensor h = in.h.to(at::kBFloat16), w = in.w.to(at::kBFloat16);
@@ -285,7 +287,7 @@ TEST(FusedKernels, LinearCrossEntropyInBf16IsAsAccurateAsLibTorchsOps) {
                                            std::tuple{"dh", got.dh, libtorch.dh, exact.dh},
                                            std::tuple{"dw", got.dw, libtorch.dw, exact.dw}}) {
       const double ours = rms_error(a, want), theirs = rms_error(b, want);
-      const double slack = std::string(name) == "dw" ? 1.25 : 1.1;
+      const double slack = std::string(name) == "loss" ? 1.1 : 1.3;
       EXPECT_LE(ours, slack * theirs + 1e-6) << name << " chunk " << chunk << ": LibTorch's bf16 error " << theirs;
     }
   }
