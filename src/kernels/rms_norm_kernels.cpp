@@ -16,13 +16,6 @@ namespace zero::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// fn(i, count) for each vector's worth of a row of C.
-template <class DF, class Fn>
-HWY_INLINE void ForEachLanes(DF df, int64_t C, Fn fn) {
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t i = 0; i < C; i += lanes) fn(i, std::min(lanes, C - i));
-}
-
 template <class T>
 void Forward(const T* HWY_RESTRICT x, const T* HWY_RESTRICT w, int64_t C, float eps, T* HWY_RESTRICT y,
              float* HWY_RESTRICT r_out) {

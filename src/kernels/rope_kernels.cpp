@@ -16,20 +16,13 @@ namespace zero::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// fn(i, count) over the first half [0, D/2) of a row, a vector at a time.
-template <class DF, class Fn>
-HWY_INLINE void ForEachOfHalf(DF df, int64_t half, Fn fn) {
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t i = 0; i < half; i += lanes) fn(i, std::min(lanes, half - i));
-}
-
 template <class T>
 void Forward(const T* HWY_RESTRICT x, const T* HWY_RESTRICT cos, const T* HWY_RESTRICT sin, int64_t D,
              T* HWY_RESTRICT out) {
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   const hn::ScalableTag<float> df;
   const int64_t half = D / 2;
-  ForEachOfHalf(df, half, [&](int64_t i, int64_t count) {
+  ForEachLanes(df, half, [&](int64_t i, int64_t count) {
     const auto x1 = LoadFirst(df, x + i, count), x2 = LoadFirst(df, x + half + i, count);
     const auto first = hn::Add(Round<kBf16>(df, hn::Mul(x1, LoadFirst(df, cos + i, count))),
                                Round<kBf16>(df, hn::Mul(hn::Neg(x2), LoadFirst(df, sin + i, count))));
@@ -46,7 +39,7 @@ void Backward(const T* HWY_RESTRICT dout, const T* HWY_RESTRICT cos, const T* HW
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   const hn::ScalableTag<float> df;
   const int64_t half = D / 2;
-  ForEachOfHalf(df, half, [&](int64_t i, int64_t count) {
+  ForEachLanes(df, half, [&](int64_t i, int64_t count) {
     const auto g1 = LoadFirst(df, dout + i, count), g2 = LoadFirst(df, dout + half + i, count);
     const auto through_sin1 = Round<kBf16>(df, hn::Mul(g1, LoadFirst(df, sin + i, count)));
     const auto through_sin2 = Round<kBf16>(df, hn::Mul(g2, LoadFirst(df, sin + half + i, count)));

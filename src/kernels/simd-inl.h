@@ -86,6 +86,13 @@ HWY_INLINE void StoreFirst(DF df, hn::Vec<DF> v, T* HWY_RESTRICT p, int64_t coun
   for (int64_t j = 0; j < count; ++j) p[j] = part[j];
 }
 
+// fn(i, count) for each vector's worth of [0, n): count = lanes but for the tail.
+template <class DF, class Fn>
+HWY_INLINE void ForEachLanes(DF df, int64_t n, Fn fn) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t i = 0; i < n; i += lanes) fn(i, n - i < lanes ? n - i : lanes);
+}
+
 // Every element goes through a full vector: the tail is copied into one and back.
 template <class T, size_t In, size_t Out, class DF, class Lanes>
 HWY_INLINE void ForEachVector(DF df, int64_t n, const T* const (&in)[In], T* const (&out)[Out], Lanes lanes_fn) {
