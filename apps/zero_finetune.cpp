@@ -12,19 +12,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/lora_flags.h"
 #include "models/finetune/finetune.h"
 #include "zero/zero.h"
 
-namespace {
-
-// transformers' HfArgumentParser reads a bool flag bare or with a value: --bf16, --bf16 true, --bf16 False.
-bool parse_bool(const std::string& flag, const std::string& text) {
-  if (text.empty() || text == "true" || text == "True" || text == "1" || text == "yes") return true;
-  if (text == "false" || text == "False" || text == "0" || text == "no") return false;
-  throw zero::Error("--" + flag + " " + text + ": expected true or false", "--" + flag);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"zero-finetune: supervised fine-tuning with the Hugging Face Trainer's flags and a DeepSpeed config"};
@@ -73,17 +64,20 @@ int main(int argc, char** argv) {
   value("pad_to_multiple_of", a.pad_to_multiple_of, "micro-batches are padded to their longest row rounded up to this")
       ->check(CLI::PositiveNumber);
   flag("disable_tqdm", "no progress bar, even on a terminal");
+  zero::apps::LoraFlags lora_flags;
+  zero::apps::add_lora_flags(app, a.lora, lora_flags);
   CLI11_PARSE(app, argc, argv);
   bool no_bar = false;
   try {
     for (const auto& [name, text] : bools) {
       if (app.count("--" + name) == 0) continue;
-      const bool on = parse_bool(name, text);
+      const bool on = zero::apps::parse_bool_flag(name, text);
       if (name == "bf16") a.bf16 = on;
       if (name == "fp16") a.fp16 = on;
       if (name == "gradient_checkpointing") a.gradient_checkpointing = on;
       if (name == "disable_tqdm") no_bar = on;
     }
+    zero::apps::finish_lora_flags(app, a.lora, lora_flags);
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-finetune: {}\n", e.what());
     return 1;

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/lora_flags.h"
 #include "checkpoint/hf_directory_writer.h"
 #include "models/common/trainer.h"
 #include "zero/zero.h"
@@ -87,11 +88,20 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   bool no_bar = false;
   app.add_flag("--no-progress", no_bar, "no progress bar, even on a terminal");
+  zero::apps::LoraFlags lora_flags;
+  zero::apps::add_lora_flags(app, o.lora, lora_flags);
   CLI11_PARSE(app, argc, argv);
   try {
     o.hf_max_shard_bytes = zero::checkpoint::parse_shard_size(max_shard);
   } catch (const zero::Error& e) {
     fmt::print(stderr, "zero-train: --max-shard-size: {}\n", e.what());
+    return 1;
+  }
+  try {
+    zero::apps::finish_lora_flags(app, o.lora, lora_flags);
+    if (o.lora.enabled && o.model_dir.empty()) throw zero::Error("--use_peft needs --model (a Hugging Face model directory)", "--use_peft");
+  } catch (const zero::Error& e) {
+    fmt::print(stderr, "zero-train: {}\n", e.what());
     return 1;
   }
   if (micro) a.micro_batch_size = micro;

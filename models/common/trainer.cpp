@@ -209,9 +209,11 @@ ModelPlan plan_model(const TrainerOptions& options, at::Device device, std::opti
     hf = llama::open_hf_model(options.model_dir);
     const llama::LlamaConfig& c = hf->config;
     const llama::LlamaExportOptions export_options{options.hf_max_shard_bytes};
+    llama::LoraOptions lora = options.lora;
+    lora.seed = static_cast<uint64_t>(options.seed);  // lora_A's draw, as the model's initialisation
     return {c.hidden_size, c.vocab_size, c.max_position_embeddings,
-            [&hf, export_options, on_cpu](const Config& config, World& w, ParallelGrid* grid) {
-              return llama::make_llama(*hf, config, w, export_options, on_cpu, grid);
+            [&hf, export_options, on_cpu, lora](const Config& config, World& w, ParallelGrid* grid) {
+              return llama::make_llama(*hf, config, w, export_options, on_cpu, grid, lora);
             }};
   }
   GptShape shape = options.shape;

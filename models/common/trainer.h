@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "models/gpt/llmc_files.h"
+#include "models/llama/lora_options.h"
 #include "zero/comm_stats.h"
 #include "zero/engine.h"
 #include "zero/config.h"
@@ -35,6 +36,8 @@ struct TrainerOptions {
   // (0: one file).
   std::string model_dir;
   uint64_t hf_max_shard_bytes = 0;
+  // With model_dir: LoRA adapters on the frozen base (docs/lora.md); the export is the adapter.
+  llama::LoraOptions lora;
   // Where the model trains: "cpu" (default), "cuda" (each rank on the GPU of its local rank) or
   // "cuda:N".
   std::string device;

@@ -39,8 +39,10 @@ std::vector<ParamGroup> decay_groups(torch::nn::Module& module, double weight_de
   ParamGroup no_decay{{}, 0.0};
   for (const auto& item : module.named_parameters()) {
     const std::string& name = item.key();
+    if (!item.value().requires_grad()) continue;  // a frozen base under LoRA
     if (name.find("norm") != std::string::npos || name.ends_with("bias")) no_decay.params.push_back(item.value());
   }
+  if (no_decay.params.empty()) return {};
   return {no_decay};
 }
 
@@ -150,8 +152,10 @@ struct Run {
     nlohmann::json client = model.client_state();
     client["global_step"] = n;
     engine.save_checkpoint(dir, fmt::format("global_step{}", n), client.dump());
-    const bool gathers = config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save;
-    if (gathers) model.export_to(engine, world, dir);  // model.safetensors, config.json, tokenizer files
+    // (An adapter is small: PEFT's files are written whatever the gather setting.)
+    const bool gathers =
+        config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save || args.lora.enabled;
+    if (gathers) model.export_to(engine, world, dir);  // model.safetensors (or the adapter), config.json, tokenizer files
     on_rank0("trainer_state", [&] {
       write_trainer_state(state, (fs::path(dir) / "trainer_state.json").string());
       for (const std::string& removed : rotate_checkpoints(args.output_dir, args.save_total_limit, dir))
@@ -258,8 +262,10 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
   gpt::Report report(out, args.progress_bar, max_steps);
   for (const std::string& note : notes) report.line("zero-finetune: " + note);
   torch::manual_seed(static_cast<uint64_t>(args.seed));
+  llama::LoraOptions lora = args.lora;
+  lora.seed = static_cast<uint64_t>(args.seed);  // lora_A's draw (the Trainer seeds before get_peft_model)
   const std::unique_ptr<models::TrainableModel> model =
-      llama::make_llama(hf, config, world, {}, /*partitioned=*/true, grid ? &*grid : nullptr);
+      llama::make_llama(hf, config, world, {}, /*partitioned=*/true, grid ? &*grid : nullptr, lora);
   hf.weights.reset();  // the files' weights are in the model now
   if (args.gradient_checkpointing) model->set_checkpoint_every(1);
   // The Trainer's own AdamW groups its parameters; an optimizer from the config gets them as one
@@ -394,13 +400,14 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
     summary["train_loss"] = steps_run > 0 ? total_loss / static_cast<double>(steps_run) : 0.0;
     run.log(summary);
     // The final model, as trainer.save_model() and save_state() leave it.
-    const bool gathers = config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save;
+    const bool gathers =
+        config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save || args.lora.enabled;
     if (gathers) model->export_to(engine, world, args.output_dir);
     run.on_rank0("trainer_state", [&] {
       fs::create_directories(args.output_dir);
       write_trainer_state(run.state, (fs::path(args.output_dir) / "trainer_state.json").string());
     });
-    report.line(gathers ? "zero-finetune: wrote the model to " + args.output_dir
+    report.line(gathers ? "zero-finetune: wrote the " + std::string(args.lora.enabled ? "adapter" : "model") + " to " + args.output_dir
                         : "zero-finetune: stage3_gather_16bit_weights_on_model_save is false: the model is in the "
                           "last checkpoint's DeepSpeed files only (zero-ckpt consolidate --format hf makes a "
                           "directory of them)");

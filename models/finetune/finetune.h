@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "models/llama/lora_options.h"
+
 namespace zero {
 class World;
 }
@@ -50,6 +52,8 @@ struct TrainingArguments {
   // collators' pad_to_multiple_of; 1: the longest row). 64 by default: a handful of activation
   // sizes that the allocator reuses step after step ran 22 % faster than a new size every step.
   int64_t pad_to_multiple_of = 64;
+  // TRL's PEFT flags (--use_peft, --lora_r, ...): LoRA adapters on the frozen base (docs/lora.md).
+  llama::LoraOptions lora;
   // The flags given on the command line: a config value that differs from one of these is an
   // error, as the Trainer's DeepSpeed integration makes it; a flag left at its default yields to
   // the config's explicit value.

@@ -42,9 +42,7 @@ bool has_tensor(const std::vector<HfTensor>& tensors, const std::string& name) {
 
 std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
-at::Tensor linear(const at::Tensor& x, const Weights& w) {
-  return zero::linear(x, w.weight, w.bias);
-}
+at::Tensor linear(const at::Tensor& x, Weights& w) { return w.forward(x); }
 
 
 // transformers' default inverse frequencies, then its linear or llama3 rescaling
@@ -88,6 +86,14 @@ Weights::Weights(WeightSource& source, const std::string& prefix, const std::vec
   };
   weight = register_parameter("weight", load(find_tensor(tensors, prefix + "weight")));
   if (has_tensor(tensors, prefix + "bias")) bias = register_parameter("bias", load(find_tensor(tensors, prefix + "bias")));
+}
+
+at::Tensor Weights::forward(const at::Tensor& x) {
+  const at::Tensor y = zero::linear(x, weight, bias);
+  if (!lora_A) return y;
+  // PEFT's order: the base's output plus the adapter's, scaled after lora_B.
+  const at::Tensor in = lora_dropout > 0 ? torch::dropout(x, lora_dropout, is_training()) : x;
+  return y + zero::linear(zero::linear(in, lora_A->weight, at::Tensor()), lora_B->weight, at::Tensor()) * lora_scaling;
 }
 
 RotaryTables::RotaryTables(const LlamaConfig& config) : inv_freq_(inverse_frequencies(config)) {}
@@ -175,7 +181,7 @@ at::Tensor LlamaDecoderLayer::forward(const at::Tensor& x) {
     return sequence ? gather_from_sequence_parallel(t, *place.group) : copy_to_tensor_parallel(t, *place.group);
   };
   auto whole = [&](const at::Tensor& w) { return sequence ? copy_to_tensor_parallel(w, *place.group) : w; };
-  auto leave = [&](const at::Tensor& t, const Weights& w) {
+  auto leave = [&](const at::Tensor& t, Weights& w) {
     if (!split) return linear(t, w);
     const at::Tensor partial = zero::linear(t, w.weight, at::Tensor());
     const at::Tensor summed = sequence ? reduce_scatter_to_sequence_parallel(partial, *place.group)

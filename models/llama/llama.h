@@ -84,12 +84,24 @@ enum class Split { kWhole, kColumn, kRow, kVocabulary };
 // matrices normal(0, 0.02), norms 1, biases 0 — transformers' _init_weights.
 std::unique_ptr<WeightSource> random_weights();
 
+// One of a LoRA adapter's two matrices (lora.h), a module so that its name is PEFT's ("lora_A.weight").
+struct LoraMatrix : torch::nn::Module {
+  explicit LoraMatrix(const at::Tensor& value) { weight = register_parameter("weight", value); }
+  at::Tensor weight;
+};
+
 // A weight (and bias) as stored: a module so that the names come out as transformers' do.
 struct Weights : torch::nn::Module {
   // With tensor parallelism, this rank's slice of each tensor, as split_of splits it.
   Weights(WeightSource& source, const std::string& prefix, const std::vector<HfTensor>& tensors, at::ScalarType dtype,
           const TensorParallelPlace& place = {});
   at::Tensor weight, bias;  // bias undefined when the layer has none
+  // A LoRA adapter (lora.h), when one targets this layer: modules "lora_A" ([r, in]) and "lora_B"
+  // ([out, r]) each holding a "weight", as PEFT names them; null otherwise.
+  std::shared_ptr<LoraMatrix> lora_A, lora_B;
+  double lora_scaling = 0, lora_dropout = 0;
+  // x·Wᵀ + b, plus the adapter's lora_B(lora_A(dropout(x)))·scaling when there is one.
+  at::Tensor forward(const at::Tensor& x);
 };
 
 // cos and sin of the rotary embedding for positions 0..T-1 (fp32, computed once per T).

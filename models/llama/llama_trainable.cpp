@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "models/llama/llama_moe.h"
+#include "models/llama/lora.h"
 #include "models/llama/llama_tensor_parallel.h"
 #include "zero/comm_stats.h"
 #include "zero/tensor_parallel.h"
@@ -34,7 +35,7 @@ class LlamaTrainable : public models::TrainableModel {
  public:
   LlamaTrainable(const HfModel& hf, WeightSource& weights, at::ScalarType dtype, LlamaExportOptions options,
                  ParallelGrid* grid, bool sequence_parallel, const std::vector<int>& stage_bounds,
-                 std::unique_ptr<ExpertGroups> experts)
+                 std::unique_ptr<ExpertGroups> experts, const LoraOptions& lora)
       : experts_(std::move(experts)),
         model_(hf.config, weights, dtype, place_in(grid, sequence_parallel), stage_in(grid, stage_bounds),
                expert_place(experts_.get())),
@@ -45,7 +46,9 @@ class LlamaTrainable : public models::TrainableModel {
         source_dir_(hf.dir),
         options_(options),
         tensor_parallel_(grid ? &grid->tensor_parallel() : nullptr),
-        layer_stats_(grid ? &grid->layer_stats() : nullptr) {}
+        layer_stats_(grid ? &grid->layer_stats() : nullptr) {
+    if (lora.enabled) lora_ = attach_lora(model_, lora);
+  }
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
   at::Tensor loss_sum(const at::Tensor& x, const at::Tensor& y) override { return model_.loss_sum(x, y); }
@@ -68,10 +71,17 @@ class LlamaTrainable : public models::TrainableModel {
                               ? fmt::format(" shared_expert={}", m.shared_expert_intermediate_size)
                               : "",
                           moe_layers, m.output_router_logits ? fmt::format(" aux_loss={}", m.router_aux_loss_coef) : "");
-    return fmt::format("{} ({}) layers={} hidden={} heads={} kv_heads={} head_dim={} intermediate={} vocab={}{}{}",
+    std::string adapter;
+    if (lora_) {
+      int64_t trainable = 0;
+      for (const auto& p : const_cast<LlamaForCausalLM&>(model_).parameters()) trainable += p.requires_grad() ? p.numel() : 0;
+      adapter = fmt::format(" + LoRA r={} alpha={}{} on {} ({} trainable parameters)", lora_->r, lora_->alpha,
+                            lora_->use_rslora ? " rsLoRA" : "", lora_->target_modules.dump(), trainable);
+    }
+    return fmt::format("{} ({}) layers={} hidden={} heads={} kv_heads={} head_dim={} intermediate={} vocab={}{}{}{}",
                        c.architecture, source_dir_, c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
                        c.num_key_value_heads, c.head_dim, c.intermediate_size, c.vocab_size,
-                       c.tie_word_embeddings ? " tied" : "", experts);
+                       c.tie_word_embeddings ? " tied" : "", experts, adapter);
   }
   void set_checkpoint_every(int64_t every) override { model_.checkpoint_every = every; }
   void set_partition_activations(bool partition) override { model_.partition_activations = partition; }
@@ -109,7 +119,13 @@ class LlamaTrainable : public models::TrainableModel {
   }
   // config.json goes along so that `zero-ckpt consolidate --format hf` can write the directory.
   nlohmann::json client_state() const override {
-    return {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
+    nlohmann::json state = {{"llama", {{"config", nlohmann::json::parse(config_json_.dump())}, {"source_dir", source_dir_}}}};
+    if (lora_) {  // what the checkpoint's trainable parameters are: an adapter's
+      state["llama"]["lora"] = {{"r", lora_->r}, {"lora_alpha", lora_->alpha}, {"lora_dropout", lora_->dropout},
+                                {"target_modules", lora_->target_modules}, {"use_rslora", lora_->use_rslora},
+                                {"modules_to_save", lora_->modules_to_save}};
+    }
+    return state;
   }
   ModelParallelOptions model_parallel() const override {
     return {.group = tensor_parallel_,
@@ -124,6 +140,7 @@ class LlamaTrainable : public models::TrainableModel {
                                                        : [this] { return expert_step_since_last(); }};
   }
   void export_to(Engine& engine, World& world, const std::string& path) override {
+    if (lora_) return write_peft_adapter(engine, *lora_, source_dir_, path, world);
     write_hf_model(engine, model_, config_json_,
                    {.out_dir = path,
                     .source_dir = source_dir_,
@@ -141,6 +158,7 @@ class LlamaTrainable : public models::TrainableModel {
   nlohmann::ordered_json config_json_;
   std::string source_dir_;
   LlamaExportOptions options_;
+  std::optional<LoraSpec> lora_;  // the adapters on the frozen base, when training LoRA
   World* tensor_parallel_;
   CommStats* layer_stats_;
   mutable ExpertStep reported_;  // the MoE layers' totals at the last expert_step_since_last()
@@ -273,7 +291,7 @@ void check_expert_parallel_config(const ExpertParallelConfig& ep, const LlamaCon
 
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
                                                    const LlamaExportOptions& export_options, bool partitioned,
-                                                   ParallelGrid* grid) {
+                                                   ParallelGrid* grid, const LoraOptions& lora) {
   // Stage 3: every rank reads every layer from the mapped files and keeps its shard (zero::Init),
   // so no rank holds more than one layer whole; at stages 0-2 Init does nothing and every rank
   // holds the weights, as DeepSpeed does.
@@ -296,10 +314,13 @@ std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Conf
     // builds only its experts, whole (1/EP of them), and no layer is partitioned as it is built.
     partitioned = false;
   }
+  // With LoRA the base is frozen, and the engine partitions only what trains: the model is built
+  // whole, the adapters are added, then the engine takes the adapters (and the modules to save).
+  if (lora.enabled) partitioned = false;
   std::optional<Init> scope;
   if (partitioned) scope.emplace(config, world);
   return std::make_unique<LlamaTrainable>(hf, *weights, llama_training_dtype(config), export_options, grid,
-                                          config.tensor_parallel.sequence_parallel, bounds, std::move(experts));
+                                          config.tensor_parallel.sequence_parallel, bounds, std::move(experts), lora);
 }
 
 }  // namespace zero::llama

@@ -9,6 +9,7 @@
 #include "models/common/pipeline_stages.h"
 #include "models/common/trainable_model.h"
 #include "models/llama/hf_model_dir.h"
+#include "models/llama/lora_options.h"
 
 namespace zero {
 class Config;
@@ -28,10 +29,12 @@ struct LlamaExportOptions {
 // `partitioned`: at stage 3, built under zero::Init (each rank keeps its shards, in host memory);
 // false builds it whole, for a model that moves to a GPU before the engine partitions it.
 // `grid`: tensor parallelism's groups (each rank builds its slices; `world` is then the
-// data-parallel group), or null.
+// data-parallel group), or null. `lora.enabled`: LoRA adapters on a frozen base (lora.h); the
+// model then exports the adapter (adapter_model.safetensors, adapter_config.json), not the weights.
 std::unique_ptr<models::TrainableModel> make_llama(const HfModel& hf, const Config& config, World& world,
                                                    const LlamaExportOptions& export_options = {},
-                                                   bool partitioned = true, ParallelGrid* grid = nullptr);
+                                                   bool partitioned = true, ParallelGrid* grid = nullptr,
+                                                   const LoraOptions& lora = {});
 
 // The layer list pipeline parallelism cuts into stages: the embedding ("Embedding"), each decoder
 // layer ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"), the final norm with

@@ -10,6 +10,8 @@
 # - with --logging_steps 1 --save_steps 4: the loss falls (epoch 3's mean below epoch 1's, same
 #   records), checkpoints at 4, 8 and 12; --resume_from_checkpoint checkpoint-4 (with
 #   --save_total_limit 2) logs steps 5-12 exactly as the run never stopped, and keeps 8 and 12.
+# - LoRA with TRL's flags: PEFT's adapter files in each checkpoint and output_dir, whole at stage 3,
+#   read by the independent reader; resumed from checkpoint-4 exactly as the straight run.
 #   ARGS: BIN_DIR SOURCE_DIR TOKENIZER_CASES
 source "$(dirname "$0")/gpt_e2e_common.sh"
 tokenizers=$3
@@ -93,5 +95,32 @@ diff <(grep "^{'loss'" full.log | tail -8) <(grep "^{'loss'" resumed.log) > /dev
 [[ "$(cd resumed && ls -d checkpoint-* | tr '\n' ' ')" == "checkpoint-12 checkpoint-8 " ]] ||
   { echo "FAIL rotation left: $(ls resumed)"; fail=1; }
 grep -q "Deleting older checkpoint" resumed.log || { echo "FAIL no rotation line"; fail=1; }
+# 4. LoRA with TRL's flags (docs/lora.md), a checkpoint every 4 steps: each checkpoint and
+#    output_dir hold PEFT's adapter files (no model.safetensors), whole at stage 3 on 4 ranks as the
+#    independent reader (tests/reference/peft_lora.py) sees them; resumed from checkpoint-4 the run
+#    logs steps 5-12 exactly as the straight one.
+lora=(--use_peft --lora_r 8 --lora_alpha 16 --lora_dropout 0 --lora_target_modules all-linear --logging_steps 1
+  --save_strategy steps --save_steps 4)
+run --output_dir ./lora "${lora[@]}" > lora.log 2>&1 || { echo "FAIL LoRA run"; cat lora.log; exit 1; }
+for d in lora lora/checkpoint-4 lora/checkpoint-12; do
+  [[ -f $d/adapter_model.safetensors && -f $d/adapter_config.json && ! -e $d/model.safetensors ]] ||
+    { echo "FAIL $d: $(ls $d)"; fail=1; }
+done
+$py "$src/tests/reference/peft_lora.py" read lora > lora_read.json || { echo "FAIL reference read of the adapter"; fail=1; }
+$py - lora_read.json <<'PY' || { echo "FAIL adapter shapes: $(head -c 400 lora_read.json)"; fail=1; }
+import json, sys
+a = json.load(open(sys.argv[1]))
+t, c = a["tensors"], a["config"]
+assert c["r"] == 8 and c["lora_alpha"] == 16 and c["target_modules"] == "all-linear" and c["peft_type"] == "LORA", c
+assert len(t) == 2 * 7 * 2, sorted(t)  # 2 layers x 7 linear layers x A, B
+p = "base_model.model.model.layers.1."
+assert t[p + "self_attn.q_proj.lora_A.weight"] == [8, 64] and t[p + "self_attn.k_proj.lora_B.weight"] == [32, 8], t
+assert t[p + "mlp.down_proj.lora_A.weight"] == [8, 128] and t[p + "mlp.up_proj.lora_B.weight"] == [128, 8], t
+PY
+mkdir lora_resumed && cp -r lora/checkpoint-4 lora_resumed/
+run --output_dir ./lora_resumed "${lora[@]}" --resume_from_checkpoint lora_resumed/checkpoint-4 > lora_resumed.log 2>&1 ||
+  { echo "FAIL LoRA resumed run"; cat lora_resumed.log; exit 1; }
+diff <(grep "^{'loss'" lora.log | tail -8) <(grep "^{'loss'" lora_resumed.log) > /dev/null ||
+  { echo "FAIL LoRA resumed losses differ:"; diff <(grep "^{'loss'" lora.log | tail -8) <(grep "^{'loss'" lora_resumed.log); fail=1; }
 [[ $fail == 0 ]] && echo "finetune_e2e: ok"
 exit $fail

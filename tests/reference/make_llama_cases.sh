@@ -89,6 +89,32 @@ for data in low halves; do
   echo "$routed/sgd_$data.json train $routed/model --data $out/$data.bin --rows $rows --seq $seq --steps 10 --optimizer sgd --lr 0.5 --chunks 4" >>"$jobs"
 done
 $ref batch "$jobs"
+# LoRA (tests/reference/peft_lora.py, written from PEFT's code) on llama_gqa: an adapter on every
+# linear layer (r 4, alpha 32), and an rsLoRA one (r 8, alpha 16) on q, k and up with lm_head saved
+# whole; B drawn non-zero so that A's gradient shows from step 1. Their loss and 10 steps of SGD
+# and AdamW over the frozen base, and the adapter after 3 steps of SGD, for
+# tests/dist/llama_lora_test.cpp. SGD at lr 0.2, not the other cases' 0.5: at 0.5 the rsLoRA
+# adapter with its whole lm_head amplifies fp32's rounding differences to 2e-4 of the weights by
+# step 10 (and the losses past 1e-5); at 0.2 they stay within 3e-6.
+lora=$out/llama_gqa
+lora_common="--data $out/tokens.bin --rows $rows --seq $seq"
+cat >"$out/lora_jobs.txt" <<JOBS
+$lora/lora_all.make.json make $lora/model $lora/lora_all --r 4 --alpha 32 --targets all-linear
+$lora/lora_rs.make.json make $lora/model $lora/lora_rs --r 8 --alpha 16 --targets q_proj,k_proj,up_proj --rslora --modules-to-save lm_head
+JOBS
+for adapter in lora_all lora_rs; do
+  cat >>"$out/lora_jobs.txt" <<JOBS
+$lora/$adapter.loss.json loss $lora/model $lora/$adapter $lora_common
+$lora/$adapter.sgd.json train $lora/model $lora/$adapter $lora_common --steps 10 --optimizer sgd --lr 0.2
+$lora/$adapter.sgd3.json train $lora/model $lora/$adapter $lora_common --steps 3 --optimizer sgd --lr 0.2 --out $lora/$adapter.sgd3
+$lora/$adapter.adamw.json train $lora/model $lora/$adapter $lora_common --steps 10 --optimizer adamw --lr 0.01 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8
+JOBS
+done
+$py "$here/peft_lora.py" batch "$out/lora_jobs.txt"
+for adapter in lora_all lora_rs; do
+  printf '{"loss": %s, "sgd": %s, "adamw": %s}\n' "$(cat "$lora/$adapter.loss.json")" "$(cat "$lora/$adapter.sgd.json")" \
+    "$(cat "$lora/$adapter.adamw.json")" >"$lora/$adapter.expected.json"
+done
 printf '{"low": %s, "halves": %s}\n' "$(cat "$routed/sgd_low.json")" "$(cat "$routed/sgd_halves.json")" >"$routed/expected_routed.json"
 printf '{"sgd": %s, "adamw": %s}\n' "$(cat "$deep/sgd16.json")" "$(cat "$deep/adamw16.json")" >"$deep/expected16.json"
 for c in "${cases[@]}"; do

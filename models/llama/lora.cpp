@@ -1,0 +1,312 @@
+#include "models/llama/lora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "checkpoint/files.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_reader.h"
+#include "models/llama/hf_model_dir.h"
+#include "util/json_from_file.h"
+#include "zero/engine.h"
+#include "zero/error.h"
+#include "zero/world.h"
+
+namespace zero::llama {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kPrefix = "base_model.model.";  // PeftModel → LoraModel → the transformers model
+
+// PEFT's default targets for the Llama family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+// llama, mistral and qwen2 alike).
+const std::vector<std::string> kDefaultTargets = {"q_proj", "v_proj"};
+
+std::string key_list(const nlohmann::json& targets) {
+  if (targets.is_string()) return targets.get<std::string>();
+  std::vector<std::string> names;
+  for (const auto& t : targets) names.push_back(t.get<std::string>());
+  return fmt::format("{}", fmt::join(names, " "));
+}
+
+// The linear layers a LoRA may target, by their Hugging Face module names ("model.layers.0.
+// self_attn.q_proj"), in the model's registration order.
+std::vector<std::pair<std::string, std::shared_ptr<Weights>>> linear_layers(LlamaForCausalLM& model) {
+  std::vector<std::pair<std::string, std::shared_ptr<Weights>>> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto weights = std::dynamic_pointer_cast<Weights>(item.value());
+    if (!weights || weights->weight.dim() != 2) continue;
+    const std::string name = hf_name(item.key() + ".weight");
+    out.emplace_back(name.substr(0, name.size() - std::string(".weight").size()), weights);
+  }
+  return out;
+}
+
+bool names_match(const std::string& module, const std::string& target) {
+  return module == target || (module.size() > target.size() && module.ends_with("." + target));
+}
+
+// Whether `module` is one of the spec's targets (PEFT's check_target_module_exists for a list, and
+// its "all-linear" shorthand: every linear layer but the output layer).
+bool targeted(const std::string& module, const nlohmann::json& targets) {
+  if (targets.is_string()) return module != "lm_head" && module != "model.embed_tokens";
+  for (const auto& t : targets)
+    if (names_match(module, t.get<std::string>())) return true;
+  return false;
+}
+
+// Values of a tensor in an adapter file as `like`'s dtype, checked against its shape.
+at::Tensor adapter_tensor(const checkpoint::SafetensorsFile& file, const checkpoint::SafetensorsTensor& t,
+                          const at::Tensor& like) {
+  if (t.shape != like.sizes().vec()) {
+    throw Error(fmt::format("{}: {} has shape [{}], this model's is [{}] (an adapter for another base model?)",
+                            file.path(), t.name, fmt::join(t.shape, ", "), fmt::join(like.sizes(), ", ")),
+                t.name);
+  }
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16") {
+    throw Error(fmt::format("{}: {} is {}; adapters are F32, BF16 or F16", file.path(), t.name, t.dtype), t.name);
+  }
+  const at::Tensor raw = at::from_blob(const_cast<void*>(file.data(t)), t.shape, scalar_type_of(t.dtype));
+  return raw.to(like.scalar_type()).clone();
+}
+
+}  // namespace
+
+double LoraSpec::scaling() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+LoraSpec lora_spec_from_options(const LoraOptions& o) {
+  if (o.r <= 0) throw Error(fmt::format("--lora_r {}: the rank must be at least 1", o.r), "--lora_r");
+  if (!(o.dropout >= 0 && o.dropout < 1))
+    throw Error(fmt::format("--lora_dropout {}: must be in [0, 1)", o.dropout), "--lora_dropout");
+  LoraSpec spec{.r = o.r, .alpha = o.alpha, .dropout = o.dropout, .use_rslora = o.use_rslora,
+                .modules_to_save = o.modules_to_save};
+  const std::vector<std::string>& targets = o.target_modules.empty() ? kDefaultTargets : o.target_modules;
+  if (targets.size() == 1 && targets[0] == "all-linear") {
+    spec.target_modules = "all-linear";
+  } else {
+    spec.target_modules = nlohmann::json::array();
+    for (const auto& t : targets) {
+      if (t == "all-linear") throw Error("--lora_target_modules: all-linear stands alone", "--lora_target_modules");
+      spec.target_modules.push_back(t);
+    }
+  }
+  return spec;
+}
+
+LoraSpec read_adapter_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  if (!fs::exists(path)) throw Error(path + ": not found (is " + dir + " a PEFT adapter directory?)", path);
+  const nlohmann::json c = parse_json_from(checkpoint::read_text_file(path), path);
+  auto fail = [&](const std::string& key, const std::string& why) -> Error {
+    return Error(fmt::format("{}: \"{}\" {}", path, key, why), key);
+  };
+  if (!c.is_object()) throw Error(path + ": not a JSON object", path);
+  if (c.value("peft_type", std::string()) != "LORA")
+    throw fail("peft_type", "is " + c.value("peft_type", nlohmann::json()).dump() + ": only LORA adapters are trained here");
+  LoraSpec spec;
+  if (!c.contains("r") || !json_to(c["r"], spec.r) || spec.r <= 0) throw fail("r", "must be a positive integer");
+  if (!c.contains("lora_alpha") || !c["lora_alpha"].is_number()) throw fail("lora_alpha", "must be a number");
+  spec.alpha = c["lora_alpha"].get<double>();
+  const nlohmann::json dropout = c.value("lora_dropout", nlohmann::json(0.0));
+  if (!dropout.is_number() || !(dropout.get<double>() >= 0 && dropout.get<double>() < 1))
+    throw fail("lora_dropout", "must be a number in [0, 1)");
+  spec.dropout = dropout.get<double>();
+  const nlohmann::json rslora = c.value("use_rslora", nlohmann::json(false));
+  if (!rslora.is_boolean()) throw fail("use_rslora", "must be true or false");
+  spec.use_rslora = rslora.get<bool>();
+  const nlohmann::json targets = c.value("target_modules", nlohmann::json());
+  if (targets.is_string()) {
+    if (targets.get<std::string>() != "all-linear")
+      throw fail("target_modules", "is a regular expression: not supported yet (list the module names)");
+    spec.target_modules = targets;
+  } else if (targets.is_array() && !targets.empty()) {
+    for (const auto& t : targets)
+      if (!t.is_string()) throw fail("target_modules", "must hold module names");
+    spec.target_modules = targets;
+  } else {
+    throw fail("target_modules", "must be a list of module names or \"all-linear\"");
+  }
+  const nlohmann::json saved = c.value("modules_to_save", nlohmann::json());
+  if (saved.is_array()) {
+    for (const auto& m : saved) {
+      if (!m.is_string()) throw fail("modules_to_save", "must hold module names");
+      spec.modules_to_save.push_back(m.get<std::string>());
+    }
+  } else if (!saved.is_null()) {
+    throw fail("modules_to_save", "must be a list of module names or null");
+  }
+  // What PEFT's LoraConfig can say that these adapters do not compute: refused, never ignored.
+  auto refuse_unless = [&](const char* key, const nlohmann::json& plain, const std::string& what) {
+    if (c.contains(key) && !c[key].is_null() && c[key] != plain) throw fail(key, "is " + c[key].dump() + ": " + what + " is not supported");
+  };
+  refuse_unless("bias", "none", "training biases with the adapter");
+  refuse_unless("use_dora", false, "DoRA");
+  refuse_unless("fan_in_fan_out", false, "a transposed (Conv1D) base layer");
+  refuse_unless("rank_pattern", nlohmann::json::object(), "a rank per layer");
+  refuse_unless("alpha_pattern", nlohmann::json::object(), "an alpha per layer");
+  refuse_unless("layers_to_transform", nlohmann::json(), "adapting only some layers");
+  refuse_unless("trainable_token_indices", nlohmann::json(), "trainable tokens");
+  return spec;
+}
+
+std::string peft_name(const std::string& engine_name) { return kPrefix + hf_name(engine_name); }
+
+LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options) {
+  if (model.place.group) throw Error("LoRA with tensor parallelism is not built yet", "--use_peft");
+  if (model.stage.stages > 1) throw Error("LoRA with pipeline parallelism is not built yet", "--use_peft");
+  if (model.config.moe.num_experts > 0)
+    throw Error("LoRA on a mixture-of-experts model is not built yet", "--use_peft");
+  const bool resume = !options.adapter_dir.empty();
+  const LoraSpec spec = resume ? read_adapter_config(options.adapter_dir) : lora_spec_from_options(options);
+  const std::string origin = resume ? (fs::path(options.adapter_dir) / "adapter_config.json").string()
+                                    : std::string("--lora_target_modules");
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) p.requires_grad_(false);  // the frozen base
+
+  // The adapters: lora_A Kaiming-uniform with a = √5 (bound 1/√in), drawn in fp32 from the seed on
+  // every rank alike; lora_B zero (PEFT's init_lora_weights=True).
+  at::Generator generator = at::detail::createCPUGenerator(options.seed);
+  std::vector<std::string> layer_kinds;
+  std::set<std::string> adapted;
+  for (auto& [name, w] : linear_layers(model)) {
+    const std::string kind = name.substr(name.rfind('.') + 1);
+    if (std::find(layer_kinds.begin(), layer_kinds.end(), kind) == layer_kinds.end()) layer_kinds.push_back(kind);
+    if (!targeted(name, spec.target_modules)) continue;
+    if (name == "lm_head" || name == "model.embed_tokens")
+      throw Error(fmt::format("{}: LoRA on {} is not built yet (train it whole with modules_to_save)", origin, name), name);
+    const int64_t out = w->weight.size(0), in = w->weight.size(1);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    const at::Tensor a = at::empty({spec.r, in}, at::kFloat).uniform_(-bound, bound, generator);
+    w->lora_A = w->register_module("lora_A", std::make_shared<LoraMatrix>(a.to(w->weight.scalar_type())));
+    w->lora_B = w->register_module("lora_B", std::make_shared<LoraMatrix>(at::zeros({out, spec.r}, w->weight.options())));
+    w->lora_scaling = spec.scaling();
+    w->lora_dropout = spec.dropout;
+    w->lora_A->weight.requires_grad_(true);
+    w->lora_B->weight.requires_grad_(true);
+    adapted.insert(name);
+  }
+  if (adapted.empty()) {
+    throw Error(fmt::format("{}: target modules {} match no linear layer of the model (its layers: {})", origin,
+                            key_list(spec.target_modules), fmt::join(layer_kinds, ", ")),
+                origin);
+  }
+  // The modules to save are trained whole (PEFT trains a copy and freezes the original: the same
+  // numbers, and one tensor less here). A tied lm_head is the embedding: saving one would untie them.
+  std::map<std::string, at::Tensor> saved;  // PEFT name → the parameter trained
+  for (const std::string& m : spec.modules_to_save) {
+    bool found = false;
+    for (auto& [name, w] : linear_layers(model)) {
+      if (!names_match(name, m)) continue;
+      if (model.config.tie_word_embeddings && (name == "lm_head" || name == "model.embed_tokens")) {
+        throw Error(fmt::format("{}: modules_to_save {}: the model ties lm_head to the embedding; saving one "
+                                "of them apart is not built yet",
+                                origin, m),
+                    m);
+      }
+      if (adapted.count(name)) throw Error(fmt::format("{}: {} is both adapted and saved whole", origin, name), m);
+      for (auto& p : w->parameters(/*recurse=*/false)) p.requires_grad_(true);
+      saved[kPrefix + name + ".weight"] = w->weight;
+      if (w->bias.defined()) saved[kPrefix + name + ".bias"] = w->bias;
+      found = true;
+    }
+    // lm_head is registered only when untied (a tied model has none: caught above by name).
+    if (!found && (m == "lm_head" || m == "embed_tokens") && model.config.tie_word_embeddings) {
+      throw Error(fmt::format("{}: modules_to_save {}: the model ties lm_head to the embedding; saving one of "
+                              "them apart is not built yet",
+                              origin, m),
+                  m);
+    }
+    if (!found) throw Error(fmt::format("{}: modules_to_save {} matches no module of the model", origin, m), m);
+  }
+  if (!resume) return spec;
+
+  // Continue training an adapter: every tensor its file holds must land somewhere, and every
+  // adapter this model makes must be in it.
+  const std::string file_path = (fs::path(options.adapter_dir) / "adapter_model.safetensors").string();
+  if (!fs::exists(file_path)) throw Error(file_path + ": not found", file_path);
+  const checkpoint::SafetensorsFile file(file_path);
+  std::set<std::string> used;
+  auto load = [&](const std::string& key, at::Tensor& target) {
+    const checkpoint::SafetensorsTensor* t = file.find(key);
+    if (!t) throw Error(fmt::format("{}: no tensor {} (the adapter's config targets that layer)", file_path, key), key);
+    target.copy_(adapter_tensor(file, *t, target));
+    used.insert(key);
+  };
+  for (auto& [name, w] : linear_layers(model)) {
+    if (!w->lora_A) continue;
+    load(kPrefix + name + ".lora_A.weight", w->lora_A->weight);
+    load(kPrefix + name + ".lora_B.weight", w->lora_B->weight);
+  }
+  for (auto& [key, p] : saved) {
+    if (file.find(key)) load(key, p);  // (absent: the module starts from the base's weights)
+  }
+  for (const auto& t : file.tensors()) {
+    if (!used.count(t.name)) {
+      throw Error(fmt::format("{}: {} belongs to no adapted layer or saved module of this model (an adapter for "
+                              "another base model?)",
+                              file_path, t.name),
+                  t.name);
+    }
+  }
+  return spec;
+}
+
+void write_peft_adapter(Engine& engine, const LoraSpec& spec, const std::string& base_dir, const std::string& dir,
+                        World& world) {
+  const std::vector<Engine::ParameterInfo> params = engine.parameter_infos();
+  std::vector<checkpoint::SafetensorsEntry> entries;
+  for (const auto& p : params)
+    entries.push_back({peft_name(p.name), safetensors_dtype_name(p.dtype), p.shape, static_cast<uint64_t>(p.bytes)});
+  std::unique_ptr<checkpoint::SafetensorsWriter> writer;
+  const bool writes = world.rank() == 0;
+  if (writes) {
+    fs::create_directories(dir);
+    writer = std::make_unique<checkpoint::SafetensorsWriter>((fs::path(dir) / "adapter_model.safetensors").string(),
+                                                             entries, std::map<std::string, std::string>{{"format", "pt"}});
+  }
+  engine.visit_whole_parameters(
+      [&](size_t, const at::Tensor& whole) {
+        const at::Tensor t = whole.contiguous();
+        writer->append(t.data_ptr(), static_cast<uint64_t>(t.nbytes()));
+      },
+      [&] {
+        writer->finish();
+        // PEFT's LoraConfig as save_pretrained writes it (the keys these adapters use; the others at
+        // their defaults, so that PeftModel.from_pretrained reads the same adapter back).
+        nlohmann::ordered_json c;
+        c["peft_type"] = "LORA";
+        c["task_type"] = "CAUSAL_LM";
+        c["base_model_name_or_path"] = base_dir;
+        c["r"] = spec.r;
+        c["lora_alpha"] = spec.alpha;
+        c["lora_dropout"] = spec.dropout;
+        c["target_modules"] = spec.target_modules;
+        c["use_rslora"] = spec.use_rslora;
+        c["modules_to_save"] = spec.modules_to_save.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(spec.modules_to_save);
+        c["bias"] = "none";
+        c["fan_in_fan_out"] = false;
+        c["init_lora_weights"] = true;
+        c["inference_mode"] = true;
+        c["layers_to_transform"] = nullptr;
+        c["layers_pattern"] = nullptr;
+        c["rank_pattern"] = nlohmann::ordered_json::object();
+        c["alpha_pattern"] = nlohmann::ordered_json::object();
+        c["use_dora"] = false;
+        c["revision"] = nullptr;
+        checkpoint::write_file_atomically((fs::path(dir) / "adapter_config.json").string(), c.dump(2) + "\n");
+      },
+      0, "adapter export to " + dir);
+}
+
+}  // namespace zero::llama
