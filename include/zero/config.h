@@ -101,6 +101,8 @@ struct ZeroConfig {
   // each gathered unit within groups of this many consecutive ranks, so backward gathers stay
   // within the node (hpZ; 1: off); gradient reduce-scatters in int4, in two hops (qgZ).
   bool zero_quantized_weights = false;
+  // ZeRO++ for frozen parameters (a LoRA's base) at stage 3: their gathers in int8 as qwZ's.
+  bool zero_quantized_nontrainable_weights = false;
   int zero_hpz_partition_size = 1;
   bool zero_quantized_gradients = false;
   bool elastic_checkpoint = false;

@@ -44,6 +44,10 @@ namespace zero {
 
 // Bytes this rank holds for model state, by category (padding included in each).
 struct MemoryReport {
+  // Frozen parameters (requires_grad false, e.g. a LoRA's base): whole at stages 0-2; stage 3:
+  // their shards, the root's whole, and any unit's gathered right now. No gradient, master or
+  // optimizer state goes with them.
+  int64_t frozen_parameters = 0;
   int64_t parameters = 0;        // 16- or 32-bit parameters: whole (stages 0-2); stage 3: shards,
                                  // the root unit, any unit gathered right now, and
                                  // the spare gather buffers kept for the next gathers
@@ -62,7 +66,8 @@ struct MemoryReport {
   int64_t swap_buffers = 0;
   int64_t on_nvme = 0;
   int64_t total() const {
-    return parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers + secondary_partition;
+    return frozen_parameters + parameters + gradients + master_weights + optimizer_state + buckets + swap_buffers +
+           secondary_partition;
   }
   // Expert parallelism: of parameters (without stage 3's spare gather buffers), gradients, master
   // weights and optimizer state, the expert buckets' own bytes; the rest is the dense weights'.

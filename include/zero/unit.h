@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -63,6 +64,18 @@ class UnitBase : public torch::nn::Module {
  protected:
   // forward() between the engine's hooks (stage 3: gather before, free after), or alone.
   at::Tensor run(const std::function<at::Tensor()>& forward);
+  // Each tensor input on its way into the block: at stage 3 the engine learns from its gradient
+  // when the block's backward is over (and frees the frozen parameters then); other arguments
+  // pass as they are.
+  template <class T>
+  decltype(auto) tracked(T&& input) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<T>, at::Tensor>) {
+      return track_input(input);
+    } else {
+      return std::forward<T>(input);
+    }
+  }
+  at::Tensor track_input(const at::Tensor& input);
 
  private:
   detail::UnitHooks* hooks_ = nullptr;
@@ -81,7 +94,7 @@ class Unit : public UnitBase {
 
   template <class... Inputs>
   at::Tensor forward(Inputs&&... inputs) {
-    return run([&] { return block->forward(std::forward<Inputs>(inputs)...); });
+    return run([&] { return block->forward(tracked(std::forward<Inputs>(inputs))...); });
   }
 
   std::shared_ptr<Block> block;

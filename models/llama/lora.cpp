@@ -89,7 +89,7 @@ LoraSpec lora_spec_from_options(const LoraOptions& o) {
   if (o.r <= 0) throw Error(fmt::format("--lora_r {}: the rank must be at least 1", o.r), "--lora_r");
   if (!(o.dropout >= 0 && o.dropout < 1))
     throw Error(fmt::format("--lora_dropout {}: must be in [0, 1)", o.dropout), "--lora_dropout");
-  LoraSpec spec{.r = o.r, .alpha = o.alpha, .dropout = o.dropout, .use_rslora = o.use_rslora,
+  LoraSpec spec{.r = o.r, .alpha = o.alpha, .dropout = o.dropout, .target_modules = nlohmann::json(), .use_rslora = o.use_rslora,
                 .modules_to_save = o.modules_to_save};
   const std::vector<std::string>& targets = o.target_modules.empty() ? kDefaultTargets : o.target_modules;
   if (targets.size() == 1 && targets[0] == "all-linear") {

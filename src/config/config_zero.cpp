@@ -124,16 +124,11 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
   z.accept(
       {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"});
 
-  // ZeRO++ (docs/zeropp.md). Frozen parameters are never partitioned here (every rank keeps them
-  // whole), so there is no gather of them to quantize.
+  // ZeRO++ (docs/zeropp.md).
   zc.zero_quantized_weights = z.get_bool("zero_quantized_weights", false);
   zc.zero_hpz_partition_size = static_cast<int>(z.get_int("zero_hpz_partition_size", 1, 0));
   zc.zero_quantized_gradients = z.get_bool("zero_quantized_gradients", false);
-  if (z.get_bool("zero_quantized_nontrainable_weights", false)) {
-    diag.problem(z.path_of("zero_quantized_nontrainable_weights"),
-                 "not supported by zerocpp: frozen parameters stay whole on every rank (never partitioned or "
-                 "gathered), so there is nothing to quantize");
-  }
+  zc.zero_quantized_nontrainable_weights = z.get_bool("zero_quantized_nontrainable_weights", false);
   auto stage3_only = [&](const char* key, bool on) {
     if (on && zc.stage != 3) {
       diag.warnings.push_back(z.path_of(key) + " has no effect at stage " + std::to_string(zc.stage) +
@@ -141,6 +136,7 @@ void read_zero_optimization(ObjectReader& root, ZeroConfig& zc, Diagnostics& dia
     }
   };
   stage3_only("zero_quantized_weights", zc.zero_quantized_weights);
+  stage3_only("zero_quantized_nontrainable_weights", zc.zero_quantized_nontrainable_weights);
   stage3_only("zero_hpz_partition_size", zc.zero_hpz_partition_size > 1);
   if (zc.zero_quantized_gradients && (zc.stage == 0 || !zc.reduce_scatter)) {
     diag.warnings.push_back(z.path_of("zero_quantized_gradients") +

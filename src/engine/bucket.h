@@ -49,7 +49,7 @@ namespace zero::engine {
 
 // How gradients are kept and reduced.
 struct ReducerOptions {
-  enum class Gradients { kInBucketBuffers, kStreamedIntoShards };
+  enum class Gradients { kInBucketBuffers, kStreamedIntoShards, kNone };
   // kInBucketBuffers (stages 0/1): parameter .grad tensors are views into the bucket's part of
   // one gradient buffer (autograd accumulates into them in place, across micro-steps too); on
   // the boundary each bucket is all-reduced whole (stage 0) or reduce-scattered into this rank's
@@ -58,7 +58,8 @@ struct ReducerOptions {
   // this rank's shard added into an fp32 accumulator of the owned shards.
   Gradients gradients = Gradients::kInBucketBuffers;
   // Every rank keeps every bucket's whole reduced gradient (stage 0: all-reduce); else each keeps
-  // its shard. Only with kInBucketBuffers.
+  // its shard. Only with kInBucketBuffers. kNone: frozen parameters (no gradient, no hook,
+  // nothing reduced), a group stage 3 only gathers and frees.
   bool whole_buckets = false;
   bool overlap = false;  // launch reductions during backward, asynchronously (overlap_comm)
   // Multiply gradients by 1/predivide_factor before reducing (prescale_gradients).

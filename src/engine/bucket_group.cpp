@@ -57,6 +57,7 @@ BucketGroup::BucketGroup(FlatParams& flat, Communicator& comm, const ReducerOpti
   if (streamed() && options.whole_buckets)
     throw Error("streamed gradients are reduced into shards, never into whole buckets");
   for (int b = 0; b < static_cast<int>(flat.layout().buckets().size()); ++b) buckets_.emplace_back(*this, b);
+  if (options.gradients == ReducerOptions::Gradients::kNone) return;  // frozen: no gradients to keep or hook
   if (streamed()) {
     accumulator_ = home.memory.defined() || home.put
                        ? std::move(home.memory)

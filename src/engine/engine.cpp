@@ -42,15 +42,17 @@ at::Device model_device(torch::nn::Module& model) {
   return at::kCPU;
 }
 
-// The distinct trainable parameters in registration order (a tied parameter appears once).
-std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) {
+// The distinct trainable (or frozen) parameters in registration order (a tied parameter appears once).
+std::vector<at::Tensor> distinct_parameters(torch::nn::Module& model, bool trainable) {
   std::vector<at::Tensor> params;
   std::unordered_set<const void*> seen;
   for (auto& p : model.parameters()) {
-    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+    if (p.requires_grad() == trainable && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
   }
   return params;
 }
+
+std::vector<at::Tensor> trainable_parameters(torch::nn::Module& model) { return distinct_parameters(model, true); }
 
 }  // namespace
 
@@ -143,6 +145,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   if (tensor_parallel.pipeline && tensor_parallel.pipeline->size() > 1) s.pipeline = tensor_parallel.pipeline;
   const bool stage3 = config.zero.stage == 3;
   engine::UnitMap units;
+  engine::FrozenUnits frozen_units;
   if (stage3) {
     units = engine::find_units(model, params, s.param_names);
     // DeepSpeed's persistence thresholds: small parameters stay whole on every rank (in the root
@@ -162,6 +165,31 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       }
       units.group_of[i] = root;
     }
+    // The frozen parameters (a LoRA's base), partitioned by the same units and thresholds, in a
+    // group of their own: no gradients, no master, no optimizer state, not in checkpoints.
+    std::vector<at::Tensor> frozen = distinct_parameters(model, false);
+    const bool split_model = expert_parallel || (tensor_parallel.group && tensor_parallel.group->size() > 1);
+    if (!frozen.empty() && !split_model) {
+      std::unordered_map<const void*, std::string> name_of;
+      for (const auto& item : model.named_parameters()) name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
+      std::vector<std::string> frozen_names;
+      for (const auto& p : frozen) frozen_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
+      frozen_units.group_of = engine::find_units(model, frozen, frozen_names).group_of;
+      for (size_t i = 0; i < frozen.size(); ++i) {
+        const int group = frozen_units.group_of[i];
+        if (group != root && engine::stays_whole(config.zero, persisted, frozen[i].numel())) frozen_units.group_of[i] = root;
+      }
+      s.frozen_flat = std::make_unique<engine::FlatParams>(std::move(frozen), partitions, engine::kWholeGroupBucket,
+                                                           frozen_units.group_of);
+      engine::ReducerOptions no_gradients;
+      no_gradients.gradients = engine::ReducerOptions::Gradients::kNone;
+      s.frozen_buckets = std::make_unique<engine::BucketGroup>(*s.frozen_flat, s.comm, no_gradients);
+      frozen_units.buckets = s.frozen_buckets.get();
+      frozen_units.zeropp.weight_bits = config.zero.zero_quantized_nontrainable_weights ? 8 : 0;
+    }
+  }
+  if (!s.frozen_buckets) {
+    for (const auto& p : distinct_parameters(model, false)) s.frozen_bytes += static_cast<int64_t>(p.nbytes());
   }
   // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.
   std::vector<at::Tensor> adopted;  // per unit: the bucket zero::Init made
@@ -206,7 +234,8 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
         engine::Stage3Limits{.prefetch_bucket = config.zero.stage3_prefetch_bucket_size,
                              .max_live = config.zero.stage3_max_live_parameters,
                              .max_reuse_distance = config.zero.stage3_max_reuse_distance},
-        engine::param_swap_options(config, world.rank()), engine::stage3_zeropp(config, s.comm, world));
+        engine::param_swap_options(config, world.rank()), engine::stage3_zeropp(config, s.comm, world),
+        std::move(frozen_units));
   }
   s.telemetry = std::make_unique<engine::Telemetry>(s.config, world, *s.stats, tensor_parallel);  // the engine's own copy: it outlives the caller's
   comm_detail::WatchdogOptions watch =
@@ -228,11 +257,12 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   if (!offloading && world.rank() == 0) {
     const MemoryReport r = memory_report();
     auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e6; };
+    const std::string frozen = r.frozen_parameters > 0 ? fmt::format("frozen parameters {:.1f} MB, ", mb(r.frozen_parameters)) : "";
     std::fprintf(stderr,
-                 "zerocpp: per rank: parameters %.1f MB (%s), gradients %.1f MB, fp32 master %.1f MB, optimizer state "
+                 "zerocpp: per rank: %sparameters %.1f MB (%s), gradients %.1f MB, fp32 master %.1f MB, optimizer state "
                  "%.1f MB\n",
-                 mb(r.parameters), dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32", mb(r.gradients),
-                 mb(r.master_weights), mb(r.optimizer_state));
+                 frozen.c_str(), mb(r.parameters), dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32",
+                 mb(r.gradients), mb(r.master_weights), mb(r.optimizer_state));
   }
   if (offloading && world.rank() == 0) {
     // The memory plan of an offloaded run, before its first step (rank 0 speaks for every rank:
@@ -322,7 +352,10 @@ void Engine::run_backward(const std::function<void()>& autograd_backward) {
       auto reduce = s.telemetry->time(engine::Phase::kBackwardReduce);
       s.buckets->end_backward();
     }
-    if (s.stage3) s.buckets->release_all();  // units whose output never reached the loss
+    if (s.stage3) {
+      s.buckets->release_all();  // units whose output never reached the loss
+      s.stage3->end_backward();  // frozen parameters no input gradient released
+    }
   }
   if (prints_memory(*this, s.config)) s.telemetry->memory_line("backward", s.global_steps + 1, memory_report());
 }
@@ -477,6 +510,10 @@ SwapTraffic Engine::swap_traffic() const {
 MemoryReport Engine::memory_report() const {
   const State& s = *state_;
   MemoryReport r;
+  r.frozen_parameters = s.frozen_bytes;
+  if (s.frozen_buckets) {
+    r.frozen_parameters = s.frozen_flat->bytes() + s.frozen_flat->spare_bytes() + s.frozen_buckets->shard_bytes();
+  }
   r.parameters = s.flat->bytes() + s.flat->spare_bytes() + s.buckets->shard_bytes();
   r.gradients = s.buckets->gradient_bytes();
   r.master_weights = s.partition->master_bytes();

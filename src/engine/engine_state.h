@@ -34,6 +34,12 @@ struct Engine::State {
   std::unique_ptr<engine::FlatParams> flat;
   // The buckets of flat's layout: gradient hooks, reductions, stage 3's shards (bucket.h).
   std::unique_ptr<engine::BucketGroup> buckets;
+  // Stage 3: the frozen parameters (requires_grad false) partitioned as the trainable ones, in a
+  // group of their own with no gradients; null when there are none (or they stay whole: stages
+  // 0-2, tensor or expert parallelism). frozen_bytes: what they hold whole (stages 0-2).
+  std::unique_ptr<engine::FlatParams> frozen_flat;
+  std::unique_ptr<engine::BucketGroup> frozen_buckets;
+  int64_t frozen_bytes = 0;
   std::unique_ptr<engine::Stage3> stage3;  // stage 3's schedule; goes before the buckets (it detaches the units)
   // What this rank owns of every bucket: master, moments, gradient accumulator (partition.h).
   std::unique_ptr<engine::Partition> partition;

@@ -9,6 +9,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include "zero/activation_checkpoint.h"
 #include "zero/error.h"
 
@@ -45,8 +47,13 @@ UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& para
 }
 
 Stage3::Stage3(BucketGroup& buckets, UnitMap map, Stage3Limits limits, std::optional<SwapOptions> shard_swap,
-               Stage3Zeropp zeropp)
-    : buckets_(buckets), map_(std::move(map)), buckets_of_unit_(map_.units.size()), limits_(limits) {
+               Stage3Zeropp zeropp, FrozenUnits frozen)
+    : buckets_(buckets),
+      map_(std::move(map)),
+      buckets_of_unit_(map_.units.size()),
+      frozen_(frozen.buckets),
+      frozen_buckets_of_unit_(map_.units.size()),
+      limits_(limits) {
   std::vector<UnitBase*> unit_of_bucket;
   for (int b = 0; b < buckets_.size(); ++b) {
     const int group = map_.group_of[static_cast<size_t>(buckets_.bucket(b).layout().params.front())];
@@ -55,8 +62,19 @@ Stage3::Stage3(BucketGroup& buckets, UnitMap map, Stage3Limits limits, std::opti
     if (!root) buckets_of_unit_[static_cast<size_t>(group)].push_back(b);
   }
   buckets_.shard_parameters(unit_of_bucket, std::move(shard_swap), std::move(zeropp));
+  if (frozen_) {
+    std::vector<UnitBase*> unit_of_frozen;
+    for (int b = 0; b < frozen_->size(); ++b) {
+      const int group = frozen.group_of[static_cast<size_t>(frozen_->bucket(b).layout().params.front())];
+      const bool root = group == static_cast<int>(map_.units.size());
+      unit_of_frozen.push_back(root ? nullptr : map_.units[static_cast<size_t>(group)]);
+      if (!root) frozen_buckets_of_unit_[static_cast<size_t>(group)].push_back(b);
+    }
+    frozen_->shard_parameters(unit_of_frozen, std::nullopt, std::move(frozen.zeropp));
+  }
   for (size_t u = 0; u < map_.units.size(); ++u) {
-    if (buckets_of_unit_[u].empty()) continue;  // a unit without trainable parameters: nothing to do
+    // A unit with neither trainable nor frozen parameters of its own: nothing to do.
+    if (buckets_of_unit_[u].empty() && frozen_buckets_of_unit_[u].empty()) continue;
     map_.units[u]->attach(this, static_cast<int>(u));
   }
 }
@@ -68,16 +86,51 @@ Stage3::~Stage3() {
 int64_t Stage3::elements_of_unit(int u) const {
   int64_t n = 0;
   for (int b : buckets_of_unit_[static_cast<size_t>(u)]) n += buckets_.bucket(b).elements();
+  for (int b : frozen_buckets_of_unit_[static_cast<size_t>(u)]) n += frozen_->bucket(b).elements();
   return n;
 }
 
 void Stage3::for_each_bucket(int u, const std::function<void(Bucket&)>& fn) {
   for (int b : buckets_of_unit_[static_cast<size_t>(u)]) fn(buckets_.bucket(b));
+  for (int b : frozen_buckets_of_unit_[static_cast<size_t>(u)]) fn(frozen_->bucket(b));
+}
+
+namespace {
+
+// Identity on a unit's input; its backward runs once the input's gradient is complete.
+struct AfterUnitBackward : public torch::autograd::Function<AfterUnitBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, Stage3* stage3, int64_t u) {
+    ctx->saved_data["stage3"] = reinterpret_cast<int64_t>(stage3);
+    ctx->saved_data["unit"] = u;
+    return input.view_as(input);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    reinterpret_cast<Stage3*>(ctx->saved_data["stage3"].toInt())->release_frozen(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor Stage3::track_input(UnitBase& unit, at::Tensor input) {
+  const int u = unit.unit_index();
+  if (frozen_buckets_of_unit_[static_cast<size_t>(u)].empty() || !c10::GradMode::is_enabled() || !input.requires_grad())
+    return input;
+  return AfterUnitBackward::apply(input, this, static_cast<int64_t>(u));
+}
+
+void Stage3::release_frozen(int u) {
+  for (int b : frozen_buckets_of_unit_[static_cast<size_t>(u)]) frozen_->bucket(b).release();
+}
+
+void Stage3::end_backward() {
+  if (frozen_) frozen_->release_all();
 }
 
 void Stage3::prefetch(int u) {
   const int64_t n = elements_of_unit(u);
-  if (n > limits_.prefetch_bucket || buckets_.gathered() + n > limits_.max_live) return;
+  if (n > limits_.prefetch_bucket || gathered() + n > limits_.max_live) return;
   for_each_bucket(u, [](Bucket& bucket) {
     if (bucket.state() == ShardState::kSharded) bucket.prefetch();
   });
@@ -90,6 +143,9 @@ void Stage3::begin_forward() {
   // Units kept for a backward that never came (a forward without one) go now.
   for (int b = 0; b < buckets_.size(); ++b) {
     if (buckets_.bucket(b).state() == ShardState::kKept) buckets_.bucket(b).release();
+  }
+  for (int b = 0; frozen_ && b < frozen_->size(); ++b) {
+    if (frozen_->bucket(b).state() == ShardState::kKept) frozen_->bucket(b).release();
   }
 }
 
@@ -164,7 +220,7 @@ at::Tensor Stage3::after_forward(UnitBase& unit, at::Tensor output) {
 bool Stage3::keep_after_forward() const {
   // cursor_ - 1: this unit's position in the recorded order (before_forward advanced it).
   return in_forward_ && mode_ == StepMode::kFollowing && cursor_ >= 1 && cursor_ <= order_.size() &&
-         reuse_distance_[cursor_ - 1] <= limits_.max_reuse_distance && buckets_.gathered() <= limits_.max_live;
+         reuse_distance_[cursor_ - 1] <= limits_.max_reuse_distance && gathered() <= limits_.max_live;
 }
 
 void Stage3::verify_order(const std::vector<std::string>& param_names) {
@@ -172,6 +228,11 @@ void Stage3::verify_order(const std::vector<std::string>& param_names) {
     const int p = buckets_.bucket(static_cast<int>(b)).layout().params.front();
     return "the unit holding " + param_names[static_cast<size_t>(p)];
   });
+  if (frozen_) {
+    frozen_->verify_gather_order([](int64_t b) { return "the frozen parameters of unit bucket " + std::to_string(b); });
+  }
 }
+
+int64_t Stage3::gathered() const { return buckets_.gathered() + (frozen_ ? frozen_->gathered() : 0); }
 
 }  // namespace zero::engine

@@ -20,6 +20,15 @@ struct UnitMap {
   std::vector<int> group_of;     // per trainable parameter: its unit, or units.size() for the root
 };
 
+// Frozen parameters (requires_grad false: a LoRA's base) partitioned like the trainable ones: a
+// bucket group of their own with no gradients (ReducerOptions::Gradients::kNone), each unit's
+// bucket gathered and freed with the unit's trainable one.
+struct FrozenUnits {
+  BucketGroup* buckets = nullptr;  // null: no frozen parameters, or they stay whole
+  std::vector<int> group_of;       // per frozen parameter: its unit (index into UnitMap::units), or the root
+  Stage3Zeropp zeropp;             // zero_quantized_nontrainable_weights: their gathers in 8 bits
+};
+
 // Finds the units of `model`; an error naming the parameter when one belongs to two units.
 UnitMap find_units(torch::nn::Module& model, const std::vector<at::Tensor>& params,
                    const std::vector<std::string>& names);
@@ -36,12 +45,20 @@ class Stage3 : public detail::UnitHooks {
   // Stage 3 takes `buckets`: each unit's bucket keeps only this rank's shard (the root stays
   // whole), in memory or, with `shard_swap` (offload_param.device "nvme"), in a swap file; the
   // units are attached to this schedule.
+  // `frozen`: the frozen parameters' group, sharded here too.
   Stage3(BucketGroup& buckets, UnitMap map, Stage3Limits limits, std::optional<SwapOptions> shard_swap = std::nullopt,
-         Stage3Zeropp zeropp = {});
+         Stage3Zeropp zeropp = {}, FrozenUnits frozen = {});
   ~Stage3() override;  // detaches the units (their parameters stay freed)
 
   void before_forward(UnitBase& unit) override;
   at::Tensor after_forward(UnitBase& unit, at::Tensor output) override;
+  // A unit's frozen parameters have no gradient to say when its backward is over: its input passes
+  // through an identity whose backward (the gradient of the input: every op of the unit that
+  // leads there is done) frees them (FSDP2's post-backward). What no input gradient reaches (an
+  // input that needs none, as the first layer's under a frozen embedding) goes at end_backward.
+  at::Tensor track_input(UnitBase& unit, at::Tensor input) override;
+  void release_frozen(int u);
+  void end_backward();  // frees every unit's frozen parameters still whole
 
   // Around Engine::forward: the first one records the order units run in; later ones prefetch the
   // next unit in that order while the current one computes (and backward prefetches the previous
@@ -66,6 +83,8 @@ class Stage3 : public detail::UnitHooks {
   BucketGroup& buckets_;
   UnitMap map_;
   std::vector<std::vector<int>> buckets_of_unit_;
+  BucketGroup* frozen_ = nullptr;
+  std::vector<std::vector<int>> frozen_buckets_of_unit_;  // per unit: its buckets in frozen_
   Stage3Limits limits_;
   std::vector<int> order_;        // units in forward order, recorded by the first Engine::forward
   std::vector<int> position_of_;  // unit → its first position in order_ (-1: not run)
@@ -79,6 +98,7 @@ class Stage3 : public detail::UnitHooks {
   // (stage3_prefetch_bucket_size) and fits under max_live with the units whole.
   void prefetch(int u);
   int64_t elements_of_unit(int u) const;
+  int64_t gathered() const;  // elements of unit buckets whole now, trainable and frozen
   void for_each_bucket(int u, const std::function<void(Bucket&)>& fn);
   void record_reuse_distances();
   // The keep-or-free decision after a unit's forward: kept when the recorded order says it runs

@@ -11,4 +11,8 @@ at::Tensor UnitBase::run(const std::function<at::Tensor()>& forward) {
   return hooks_->after_forward(*this, forward());
 }
 
+at::Tensor UnitBase::track_input(const at::Tensor& input) {
+  return hooks_ == nullptr ? input : hooks_->track_input(*this, input);
+}
+
 }  // namespace zero

@@ -12,6 +12,8 @@ struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(UnitBase& unit) = 0;
   virtual at::Tensor after_forward(UnitBase& unit, at::Tensor output) = 0;
+  // Each tensor input of the unit's forward passes through here (and may come back wrapped).
+  virtual at::Tensor track_input(UnitBase& unit, at::Tensor input) { return input; }
 };
 
 }  // namespace zero::detail
