@@ -19,7 +19,8 @@ inline bool parse_bool_flag(const std::string& flag, const std::string& text) {
 }
 
 struct LoraFlags {
-  std::string use_peft, use_rslora;  // bool flags' texts, read after parsing
+  // bool flags' texts, read after parsing
+  std::string use_peft, use_rslora, load_in_4bit, double_quant, nested_quant;
 };
 
 inline void add_lora_flags(CLI::App& app, llama::LoraOptions& o, LoraFlags& flags) {
@@ -35,15 +36,37 @@ inline void add_lora_flags(CLI::App& app, llama::LoraOptions& o, LoraFlags& flag
   app.add_option("--lora_modules_to_save", o.modules_to_save, "modules trained whole beside the adapters (lm_head ...)");
   app.add_option("--adapter_name_or_path", o.adapter_dir, "continue training this PEFT adapter directory")
       ->check(CLI::ExistingDirectory);
+  // QLoRA, by bitsandbytes' names (and TRL's --use_bnb_nested_quant).
+  app.add_option("--load_in_4bit", flags.load_in_4bit, "QLoRA: the frozen base in 4 bits (true/false; bare: true)")
+      ->expected(0, 1);
+  app.add_option("--bnb_4bit_quant_type", o.bnb_4bit_quant_type, "nf4 or fp4")
+      ->check(CLI::IsMember({"nf4", "fp4"}))
+      ->capture_default_str();
+  app.add_option("--bnb_4bit_use_double_quant", flags.double_quant,
+                 "quantize the 4-bit scales too, in 8 bits (true/false; bare: true)")
+      ->expected(0, 1);
+  app.add_option("--use_bnb_nested_quant", flags.nested_quant, "TRL's name for --bnb_4bit_use_double_quant")->expected(0, 1);
+  app.add_option("--bnb_4bit_compute_dtype", o.bnb_4bit_compute_dtype,
+                 "bfloat16, float16 or float32: must be the run's precision (the default)");
 }
 
 // After parsing: the bools, and the flags that mean nothing without --use_peft.
 inline void finish_lora_flags(const CLI::App& app, llama::LoraOptions& o, const LoraFlags& flags) {
   if (app.count("--use_peft")) o.enabled = parse_bool_flag("use_peft", flags.use_peft);
   if (app.count("--use_rslora")) o.use_rslora = parse_bool_flag("use_rslora", flags.use_rslora);
+  if (app.count("--load_in_4bit")) o.load_in_4bit = parse_bool_flag("load_in_4bit", flags.load_in_4bit);
+  if (app.count("--bnb_4bit_use_double_quant"))
+    o.bnb_4bit_use_double_quant = parse_bool_flag("bnb_4bit_use_double_quant", flags.double_quant);
+  if (app.count("--use_bnb_nested_quant"))
+    o.bnb_4bit_use_double_quant = parse_bool_flag("use_bnb_nested_quant", flags.nested_quant);
+  if (o.load_in_4bit && !o.enabled) {
+    throw Error("--load_in_4bit without --use_peft: a 4-bit base cannot be trained itself, only adapters on it",
+                "--load_in_4bit");
+  }
   if (o.enabled) return;
   for (const char* flag : {"--lora_r", "--lora_alpha", "--lora_dropout", "--lora_target_modules", "--use_rslora",
-                           "--lora_modules_to_save", "--adapter_name_or_path"}) {
+                           "--lora_modules_to_save", "--adapter_name_or_path", "--bnb_4bit_quant_type",
+                           "--bnb_4bit_use_double_quant", "--use_bnb_nested_quant", "--bnb_4bit_compute_dtype"}) {
     if (app.count(flag)) throw Error(std::string(flag) + " without --use_peft: nothing would use it", flag);
   }
 }

@@ -1,5 +1,6 @@
 #include "models/llama/llama.h"
 
+#include "models/llama/four_bit.h"
 #include "models/llama/llama_moe.h"
 #include "models/llama/llama_tensor_parallel.h"
 
@@ -88,8 +89,28 @@ Weights::Weights(WeightSource& source, const std::string& prefix, const std::vec
   if (has_tensor(tensors, prefix + "bias")) bias = register_parameter("bias", load(find_tensor(tensors, prefix + "bias")));
 }
 
+void Weights::quantize_to_4bit(int type, bool double_quant) {
+  const FourBitWeight q = quantize_4bit(weight, static_cast<FourBitType>(type), double_quant);
+  parameters_.erase("weight");
+  weight = at::Tensor();
+  weight_codes = register_parameter("weight_codes", q.codes, /*requires_grad=*/false);
+  weight_absmax = register_parameter("weight_absmax", q.absmax.view(at::kByte), /*requires_grad=*/false);
+  if (q.double_quant()) {
+    weight_absmax2 = register_parameter("weight_absmax2", q.absmax2.view(at::kByte), /*requires_grad=*/false);
+  }
+  four_bit_double_quant = q.double_quant();
+  four_bit_shape = q.shape;
+  four_bit_type = type;
+  four_bit_offset = q.offset;
+}
+
 at::Tensor Weights::forward(const at::Tensor& x) {
-  const at::Tensor y = zero::linear(x, weight, bias);
+  const at::Tensor y = weight_codes.defined()
+                           ? linear_4bit(x, static_cast<FourBitType>(four_bit_type), four_bit_shape, weight_codes,
+                                         four_bit_double_quant ? weight_absmax : weight_absmax.view(at::kFloat),
+                                         four_bit_double_quant ? weight_absmax2.view(at::kFloat) : at::Tensor(),
+                                         four_bit_offset, bias)
+                           : zero::linear(x, weight, bias);
   if (!lora_A) return y;
   // PEFT's order: the base's output plus the adapter's, scaled after lora_B.
   const at::Tensor in = lora_dropout > 0 ? torch::dropout(x, lora_dropout, is_training()) : x;

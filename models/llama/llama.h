@@ -100,6 +100,17 @@ struct Weights : torch::nn::Module {
   // ([out, r]) each holding a "weight", as PEFT names them; null otherwise.
   std::shared_ptr<LoraMatrix> lora_A, lora_B;
   double lora_scaling = 0, lora_dropout = 0;
+  // QLoRA (four_bit.h): the weight in 4 bits, as frozen byte parameters "weight_codes",
+  // "weight_absmax" (the fp32 scales' bytes, or their 8-bit codes when double-quantized) and
+  // "weight_absmax2" (the second-level fp32 scales' bytes) in place of "weight", which is then
+  // undefined. Bytes, so that a cast of the model to its training dtype leaves them alone.
+  at::Tensor weight_codes, weight_absmax, weight_absmax2;
+  std::vector<int64_t> four_bit_shape;
+  int four_bit_type = 0;
+  bool four_bit_double_quant = false;
+  float four_bit_offset = 0;
+  // Replaces the weight by its 4-bit codes (type: four_bit.h's FourBitType).
+  void quantize_to_4bit(int type, bool double_quant);
   // x·Wᵀ + b, plus the adapter's lora_B(lora_A(dropout(x)))·scaling when there is one.
   at::Tensor forward(const at::Tensor& x);
 };

@@ -14,6 +14,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_reader.h"
+#include "models/llama/four_bit.h"
 #include "models/llama/hf_model_dir.h"
 #include "util/json_from_file.h"
 #include "zero/engine.h"
@@ -26,6 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kPrefix = "base_model.model.";  // PeftModel → LoraModel → the transformers model
+
+void load_adapter(LlamaForCausalLM& model, const std::string& adapter_dir, std::map<std::string, at::Tensor>& saved);
+void quantize_base(LlamaForCausalLM& model, const LoraOptions& options);
 
 // PEFT's default targets for the Llama family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
 // llama, mistral and qwen2 alike).
@@ -229,11 +233,40 @@ LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options) {
     }
     if (!found) throw Error(fmt::format("{}: modules_to_save {} matches no module of the model", origin, m), m);
   }
-  if (!resume) return spec;
+  if (resume) load_adapter(model, options.adapter_dir, saved);
+  if (options.load_in_4bit) quantize_base(model, options);
+  return spec;
+}
 
+namespace {
+
+// QLoRA: every frozen linear layer of the base but lm_head in 4 bits, the embedding as it is (transformers' bitsandbytes
+// integration converts all of them, keeping the output layer).
+void quantize_base(LlamaForCausalLM& model, const LoraOptions& options) {
+  const FourBitType type = four_bit_type(options.bnb_4bit_quant_type);
+  const std::string& compute = options.bnb_4bit_compute_dtype;
+  for (auto& [name, w] : linear_layers(model)) {
+    if (name == "lm_head" || name == "model.embed_tokens" || w->weight.requires_grad()) continue;
+    if (!compute.empty()) {
+      const at::ScalarType want = compute == "bfloat16" ? at::kBFloat16 : compute == "float16" ? at::kHalf
+                                 : compute == "float32" ? at::kFloat : at::kByte;
+      if (want == at::kByte)
+        throw Error("--bnb_4bit_compute_dtype " + compute + ": expected bfloat16, float16 or float32", "--bnb_4bit_compute_dtype");
+      if (want != w->weight.scalar_type()) {
+        throw Error(fmt::format("--bnb_4bit_compute_dtype {}: the run computes in {} (the DeepSpeed config's precision); "
+                                "give the same or leave the flag out",
+                                compute, c10::toString(w->weight.scalar_type())),
+                    "--bnb_4bit_compute_dtype");
+      }
+    }
+    w->quantize_to_4bit(static_cast<int>(type), options.bnb_4bit_use_double_quant);
+  }
+}
+
+void load_adapter(LlamaForCausalLM& model, const std::string& adapter_dir, std::map<std::string, at::Tensor>& saved) {
   // Continue training an adapter: every tensor its file holds must land somewhere, and every
   // adapter this model makes must be in it.
-  const std::string file_path = (fs::path(options.adapter_dir) / "adapter_model.safetensors").string();
+  const std::string file_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
   if (!fs::exists(file_path)) throw Error(file_path + ": not found", file_path);
   const checkpoint::SafetensorsFile file(file_path);
   std::set<std::string> used;
@@ -259,8 +292,9 @@ LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options) {
                   t.name);
     }
   }
-  return spec;
 }
+
+}  // namespace
 
 void write_peft_adapter(Engine& engine, const LoraSpec& spec, const std::string& base_dir, const std::string& dir,
                         World& world) {

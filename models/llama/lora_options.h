@@ -24,6 +24,12 @@ struct LoraOptions {
   // then decides r, alpha, the targets, ... as PeftModel.from_pretrained(is_trainable=True) does).
   std::string adapter_dir;
   uint64_t seed = 42;  // lora_A's initialisation (the same on every rank)
+  // QLoRA, by bitsandbytes' names (--load_in_4bit ...): the frozen base's linear layers (all but
+  // lm_head) stored in 4 bits (four_bit.h) and dequantized one layer at a time for compute.
+  bool load_in_4bit = false;
+  std::string bnb_4bit_quant_type = "nf4";  // or "fp4"
+  bool bnb_4bit_use_double_quant = false;   // the scales in 8 bits too
+  std::string bnb_4bit_compute_dtype;       // bfloat16, float16, float32; empty: the training dtype
 };
 
 }  // namespace zero::llama

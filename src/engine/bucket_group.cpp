@@ -93,7 +93,8 @@ BucketGroup::~BucketGroup() {
     flat_.own_aliased(b);  // one partition: the parameters viewed the shard
     if (bucket.state() != ShardState::kSharded) continue;
     flat_.materialize(b);
-    flat_.buffer(b).fill_(std::numeric_limits<double>::quiet_NaN());
+    // (A frozen 4-bit base's codes are bytes: zeros there.)
+    flat_.buffer(b).fill_(at::isFloatingType(flat_.dtype()) ? std::numeric_limits<double>::quiet_NaN() : 0.0);
   }
 }
 

@@ -86,7 +86,17 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   const at::ScalarType dtype = engine::training_dtype(
       config, partitioned.units.empty() ? at::kFloat : partitioned.units.front().second->partitioned()->buffer.scalar_type());
   engine::verify_partitioned_units(partitioned, s.comm, dtype);
-  if (config.bf16 || config.fp16.enabled) model.to(dtype);
+  if (config.bf16 || config.fp16.enabled) {
+    // Floating-point tensors only, as PyTorch's Module.to(dtype) (LibTorch's casts integers too:
+    // a 4-bit base's codes and scales are bytes and stay so).
+    at::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) {
+      if (at::isFloatingType(p.scalar_type()) && p.scalar_type() != dtype) p.set_data(p.to(dtype));
+    }
+    for (auto& b : model.buffers()) {
+      if (at::isFloatingType(b.scalar_type()) && b.scalar_type() != dtype) b.set_data(b.to(dtype));
+    }
+  }
   // Where bf16 matrix work runs (zero/compute.h): one path on every rank. Only a bf16 model
   // left to "auto" asks the other ranks' CPUs (4 bytes, counted like any collective).
   const CpuFeatures cpu = cpu_features();
@@ -174,21 +184,34 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
       for (const auto& item : model.named_parameters()) name_of.emplace(item.value().unsafeGetTensorImpl(), item.key());
       std::vector<std::string> frozen_names;
       for (const auto& p : frozen) frozen_names.push_back(name_of.at(p.unsafeGetTensorImpl()));
-      frozen_units.group_of = engine::find_units(model, frozen, frozen_names).group_of;
+      std::vector<int> group_of = engine::find_units(model, frozen, frozen_names).group_of;
       for (size_t i = 0; i < frozen.size(); ++i) {
-        const int group = frozen_units.group_of[i];
-        if (group != root && engine::stays_whole(config.zero, persisted, frozen[i].numel())) frozen_units.group_of[i] = root;
+        if (group_of[i] != root && engine::stays_whole(config.zero, persisted, frozen[i].numel())) group_of[i] = root;
       }
-      s.frozen_flat = std::make_unique<engine::FlatParams>(std::move(frozen), partitions, engine::kWholeGroupBucket,
-                                                           frozen_units.group_of);
+      // A group per dtype, in the order the dtypes first appear.
+      std::vector<at::ScalarType> dtypes;
+      for (const auto& p : frozen)
+        if (std::find(dtypes.begin(), dtypes.end(), p.scalar_type()) == dtypes.end()) dtypes.push_back(p.scalar_type());
       engine::ReducerOptions no_gradients;
       no_gradients.gradients = engine::ReducerOptions::Gradients::kNone;
-      s.frozen_buckets = std::make_unique<engine::BucketGroup>(*s.frozen_flat, s.comm, no_gradients);
-      frozen_units.buckets = s.frozen_buckets.get();
-      frozen_units.zeropp.weight_bits = config.zero.zero_quantized_nontrainable_weights ? 8 : 0;
+      for (const at::ScalarType dtype : dtypes) {
+        std::vector<at::Tensor> of_dtype;
+        engine::FrozenGroup group;
+        for (size_t i = 0; i < frozen.size(); ++i) {
+          if (frozen[i].scalar_type() != dtype) continue;
+          of_dtype.push_back(frozen[i]);
+          group.group_of.push_back(group_of[i]);
+        }
+        s.frozen_flat.push_back(std::make_unique<engine::FlatParams>(std::move(of_dtype), partitions,
+                                                                     engine::kWholeGroupBucket, group.group_of));
+        s.frozen_buckets.push_back(std::make_unique<engine::BucketGroup>(*s.frozen_flat.back(), s.comm, no_gradients));
+        group.buckets = s.frozen_buckets.back().get();
+        frozen_units.groups.push_back(std::move(group));
+      }
+      frozen_units.weight_bits = config.zero.zero_quantized_nontrainable_weights ? 8 : 0;
     }
   }
-  if (!s.frozen_buckets) {
+  if (s.frozen_buckets.empty()) {
     for (const auto& p : distinct_parameters(model, false)) s.frozen_bytes += static_cast<int64_t>(p.nbytes());
   }
   // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.
@@ -511,8 +534,8 @@ MemoryReport Engine::memory_report() const {
   const State& s = *state_;
   MemoryReport r;
   r.frozen_parameters = s.frozen_bytes;
-  if (s.frozen_buckets) {
-    r.frozen_parameters = s.frozen_flat->bytes() + s.frozen_flat->spare_bytes() + s.frozen_buckets->shard_bytes();
+  for (size_t g = 0; g < s.frozen_buckets.size(); ++g) {
+    r.frozen_parameters += s.frozen_flat[g]->bytes() + s.frozen_flat[g]->spare_bytes() + s.frozen_buckets[g]->shard_bytes();
   }
   r.parameters = s.flat->bytes() + s.flat->spare_bytes() + s.buckets->shard_bytes();
   r.gradients = s.buckets->gradient_bytes();

@@ -37,8 +37,9 @@ struct Engine::State {
   // Stage 3: the frozen parameters (requires_grad false) partitioned as the trainable ones, in a
   // group of their own with no gradients; null when there are none (or they stay whole: stages
   // 0-2, tensor or expert parallelism). frozen_bytes: what they hold whole (stages 0-2).
-  std::unique_ptr<engine::FlatParams> frozen_flat;
-  std::unique_ptr<engine::BucketGroup> frozen_buckets;
+  // One group per dtype.
+  std::vector<std::unique_ptr<engine::FlatParams>> frozen_flat;
+  std::vector<std::unique_ptr<engine::BucketGroup>> frozen_buckets;
   int64_t frozen_bytes = 0;
   std::unique_ptr<engine::Stage3> stage3;  // stage 3's schedule; goes before the buckets (it detaches the units)
   // What this rank owns of every bucket: master, moments, gradient accumulator (partition.h).

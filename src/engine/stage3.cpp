@@ -51,7 +51,6 @@ Stage3::Stage3(BucketGroup& buckets, UnitMap map, Stage3Limits limits, std::opti
     : buckets_(buckets),
       map_(std::move(map)),
       buckets_of_unit_(map_.units.size()),
-      frozen_(frozen.buckets),
       frozen_buckets_of_unit_(map_.units.size()),
       limits_(limits) {
   std::vector<UnitBase*> unit_of_bucket;
@@ -62,15 +61,20 @@ Stage3::Stage3(BucketGroup& buckets, UnitMap map, Stage3Limits limits, std::opti
     if (!root) buckets_of_unit_[static_cast<size_t>(group)].push_back(b);
   }
   buckets_.shard_parameters(unit_of_bucket, std::move(shard_swap), std::move(zeropp));
-  if (frozen_) {
+  for (FrozenGroup& g : frozen.groups) {
+    const int f = static_cast<int>(frozen_.size());
+    frozen_.push_back(g.buckets);
     std::vector<UnitBase*> unit_of_frozen;
-    for (int b = 0; b < frozen_->size(); ++b) {
-      const int group = frozen.group_of[static_cast<size_t>(frozen_->bucket(b).layout().params.front())];
+    for (int b = 0; b < g.buckets->size(); ++b) {
+      const int group = g.group_of[static_cast<size_t>(g.buckets->bucket(b).layout().params.front())];
       const bool root = group == static_cast<int>(map_.units.size());
       unit_of_frozen.push_back(root ? nullptr : map_.units[static_cast<size_t>(group)]);
-      if (!root) frozen_buckets_of_unit_[static_cast<size_t>(group)].push_back(b);
+      if (!root) frozen_buckets_of_unit_[static_cast<size_t>(group)].emplace_back(f, b);
     }
-    frozen_->shard_parameters(unit_of_frozen, std::nullopt, std::move(frozen.zeropp));
+    // qwZ's int8 codes round floating-point values; 4-bit codes (bytes) move as they are.
+    Stage3Zeropp zeropp;
+    if (at::isFloatingType(g.buckets->flat().dtype())) zeropp.weight_bits = frozen.weight_bits;
+    g.buckets->shard_parameters(unit_of_frozen, std::nullopt, std::move(zeropp));
   }
   for (size_t u = 0; u < map_.units.size(); ++u) {
     // A unit with neither trainable nor frozen parameters of its own: nothing to do.
@@ -86,13 +90,13 @@ Stage3::~Stage3() {
 int64_t Stage3::elements_of_unit(int u) const {
   int64_t n = 0;
   for (int b : buckets_of_unit_[static_cast<size_t>(u)]) n += buckets_.bucket(b).elements();
-  for (int b : frozen_buckets_of_unit_[static_cast<size_t>(u)]) n += frozen_->bucket(b).elements();
+  for (auto [f, b] : frozen_buckets_of_unit_[static_cast<size_t>(u)]) n += frozen_[static_cast<size_t>(f)]->bucket(b).elements();
   return n;
 }
 
 void Stage3::for_each_bucket(int u, const std::function<void(Bucket&)>& fn) {
   for (int b : buckets_of_unit_[static_cast<size_t>(u)]) fn(buckets_.bucket(b));
-  for (int b : frozen_buckets_of_unit_[static_cast<size_t>(u)]) fn(frozen_->bucket(b));
+  for (auto [f, b] : frozen_buckets_of_unit_[static_cast<size_t>(u)]) fn(frozen_[static_cast<size_t>(f)]->bucket(b));
 }
 
 namespace {
@@ -121,11 +125,11 @@ at::Tensor Stage3::track_input(UnitBase& unit, at::Tensor input) {
 }
 
 void Stage3::release_frozen(int u) {
-  for (int b : frozen_buckets_of_unit_[static_cast<size_t>(u)]) frozen_->bucket(b).release();
+  for (auto [f, b] : frozen_buckets_of_unit_[static_cast<size_t>(u)]) frozen_[static_cast<size_t>(f)]->bucket(b).release();
 }
 
 void Stage3::end_backward() {
-  if (frozen_) frozen_->release_all();
+  for (BucketGroup* group : frozen_) group->release_all();
 }
 
 void Stage3::prefetch(int u) {
@@ -144,8 +148,10 @@ void Stage3::begin_forward() {
   for (int b = 0; b < buckets_.size(); ++b) {
     if (buckets_.bucket(b).state() == ShardState::kKept) buckets_.bucket(b).release();
   }
-  for (int b = 0; frozen_ && b < frozen_->size(); ++b) {
-    if (frozen_->bucket(b).state() == ShardState::kKept) frozen_->bucket(b).release();
+  for (BucketGroup* group : frozen_) {
+    for (int b = 0; b < group->size(); ++b) {
+      if (group->bucket(b).state() == ShardState::kKept) group->bucket(b).release();
+    }
   }
 }
 
@@ -228,11 +234,15 @@ void Stage3::verify_order(const std::vector<std::string>& param_names) {
     const int p = buckets_.bucket(static_cast<int>(b)).layout().params.front();
     return "the unit holding " + param_names[static_cast<size_t>(p)];
   });
-  if (frozen_) {
-    frozen_->verify_gather_order([](int64_t b) { return "the frozen parameters of unit bucket " + std::to_string(b); });
+  for (BucketGroup* group : frozen_) {
+    group->verify_gather_order([](int64_t b) { return "the frozen parameters of unit bucket " + std::to_string(b); });
   }
 }
 
-int64_t Stage3::gathered() const { return buckets_.gathered() + (frozen_ ? frozen_->gathered() : 0); }
+int64_t Stage3::gathered() const {
+  int64_t n = buckets_.gathered();
+  for (const BucketGroup* group : frozen_) n += group->gathered();
+  return n;
+}
 
 }  // namespace zero::engine

@@ -21,12 +21,16 @@ struct UnitMap {
 };
 
 // Frozen parameters (requires_grad false: a LoRA's base) partitioned like the trainable ones: a
-// bucket group of their own with no gradients (ReducerOptions::Gradients::kNone), each unit's
-// bucket gathered and freed with the unit's trainable one.
+// bucket group of their own per dtype (a QLoRA base has 4-bit codes, fp32 scales and bf16 norms)
+// with no gradients (ReducerOptions::Gradients::kNone), each unit's buckets gathered and freed
+// with the unit's trainable one.
+struct FrozenGroup {
+  BucketGroup* buckets = nullptr;
+  std::vector<int> group_of;  // per parameter of the group: its unit (index into UnitMap::units), or the root
+};
 struct FrozenUnits {
-  BucketGroup* buckets = nullptr;  // null: no frozen parameters, or they stay whole
-  std::vector<int> group_of;       // per frozen parameter: its unit (index into UnitMap::units), or the root
-  Stage3Zeropp zeropp;             // zero_quantized_nontrainable_weights: their gathers in 8 bits
+  std::vector<FrozenGroup> groups;  // empty: no frozen parameters, or they stay whole
+  int weight_bits = 0;              // zero_quantized_nontrainable_weights: floating-point gathers in int8
 };
 
 // Finds the units of `model`; an error naming the parameter when one belongs to two units.
@@ -83,8 +87,9 @@ class Stage3 : public detail::UnitHooks {
   BucketGroup& buckets_;
   UnitMap map_;
   std::vector<std::vector<int>> buckets_of_unit_;
-  BucketGroup* frozen_ = nullptr;
-  std::vector<std::vector<int>> frozen_buckets_of_unit_;  // per unit: its buckets in frozen_
+  std::vector<BucketGroup*> frozen_;  // per frozen group (dtype)
+  // Per unit: (frozen group, bucket) pairs.
+  std::vector<std::vector<std::pair<int, int>>> frozen_buckets_of_unit_;
   Stage3Limits limits_;
   std::vector<int> order_;        // units in forward order, recorded by the first Engine::forward
   std::vector<int> position_of_;  // unit → its first position in order_ (-1: not run)
