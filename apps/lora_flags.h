@@ -20,7 +20,7 @@ inline bool parse_bool_flag(const std::string& flag, const std::string& text) {
 
 struct LoraFlags {
   // bool flags' texts, read after parsing
-  std::string use_peft, use_rslora, load_in_4bit, double_quant, nested_quant;
+  std::string use_peft, use_rslora, load_in_4bit, double_quant, nested_quant, merge_adapter;
 };
 
 inline void add_lora_flags(CLI::App& app, llama::LoraOptions& o, LoraFlags& flags) {
@@ -36,6 +36,10 @@ inline void add_lora_flags(CLI::App& app, llama::LoraOptions& o, LoraFlags& flag
   app.add_option("--lora_modules_to_save", o.modules_to_save, "modules trained whole beside the adapters (lm_head ...)");
   app.add_option("--adapter_name_or_path", o.adapter_dir, "continue training this PEFT adapter directory")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--merge_adapter", flags.merge_adapter,
+                 "the final model: the base with the adapter merged (the adapter in its adapter/ folder) "
+                 "(true/false; bare: true)")
+      ->expected(0, 1);
   // QLoRA, by bitsandbytes' names (and TRL's --use_bnb_nested_quant).
   app.add_option("--load_in_4bit", flags.load_in_4bit, "QLoRA: the frozen base in 4 bits (true/false; bare: true)")
       ->expected(0, 1);
@@ -55,6 +59,7 @@ inline void finish_lora_flags(const CLI::App& app, llama::LoraOptions& o, const 
   if (app.count("--use_peft")) o.enabled = parse_bool_flag("use_peft", flags.use_peft);
   if (app.count("--use_rslora")) o.use_rslora = parse_bool_flag("use_rslora", flags.use_rslora);
   if (app.count("--load_in_4bit")) o.load_in_4bit = parse_bool_flag("load_in_4bit", flags.load_in_4bit);
+  if (app.count("--merge_adapter")) o.merge_adapter = parse_bool_flag("merge_adapter", flags.merge_adapter);
   if (app.count("--bnb_4bit_use_double_quant"))
     o.bnb_4bit_use_double_quant = parse_bool_flag("bnb_4bit_use_double_quant", flags.double_quant);
   if (app.count("--use_bnb_nested_quant"))
@@ -66,7 +71,8 @@ inline void finish_lora_flags(const CLI::App& app, llama::LoraOptions& o, const 
   if (o.enabled) return;
   for (const char* flag : {"--lora_r", "--lora_alpha", "--lora_dropout", "--lora_target_modules", "--use_rslora",
                            "--lora_modules_to_save", "--adapter_name_or_path", "--bnb_4bit_quant_type",
-                           "--bnb_4bit_use_double_quant", "--use_bnb_nested_quant", "--bnb_4bit_compute_dtype"}) {
+                           "--bnb_4bit_use_double_quant", "--use_bnb_nested_quant", "--bnb_4bit_compute_dtype",
+                           "--merge_adapter"}) {
     if (app.count(flag)) throw Error(std::string(flag) + " without --use_peft: nothing would use it", flag);
   }
 }

@@ -3,13 +3,16 @@
 //   zero-ckpt inspect DIR [--tag T] [--no-verify]
 //   zero-ckpt consolidate DIR --out FILE [--tag T] [--dtype fp32|bf16|fp16] [--format safetensors|llmc|hf]
 //                                        [--max-shard-size 5GB]
+//   zero-ckpt merge-lora BASE ADAPTER --out DIR [--max-shard-size 5GB]
 //
 // inspect: what the checkpoint holds (tag, world size and stage at save, counters, state kinds,
 // parameters, files with sizes) and, unless --no-verify, every file's size and checksum.
 // consolidate: DeepSpeed's zero_to_fp32 — the fp32 master weights, whole, in one file, one
 // parameter at a time (memory follows the largest tensor, not the model); prints its peak RSS.
 // --format hf writes a Hugging Face model directory (a run of zero-train --model), in the dtype
-// the run trained in unless --dtype says otherwise.
+// the run trained in unless --dtype says otherwise; of a LoRA run, the adapter in PEFT's files.
+// merge-lora: a PEFT LoRA adapter merged into its base model directory (PEFT's merge_and_unload),
+// a Hugging Face directory in the base's dtypes, one tensor at a time.
 // Exit 0 on success, 1 with an error naming the file otherwise.
 #include <fmt/core.h>
 #include <sys/resource.h>
@@ -18,6 +21,7 @@
 #include <map>
 
 #include "checkpoint/consolidate.h"
+#include "models/llama/lora_merge.h"
 #include "checkpoint/files.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/hf_directory_writer.h"
@@ -95,9 +99,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"safetensors", "llmc", "hf"}));
   std::string max_shard = "0";
   consolidate_cmd->add_option("--max-shard-size", max_shard, "--format hf: shards of at most this size (5GB, 500MB; 0: one file)");
+  CLI::App* merge_cmd = app.add_subcommand("merge-lora", "a PEFT LoRA adapter merged into its base model");
+  std::string base_dir, adapter_dir, merged_dir;
+  merge_cmd->add_option("BASE", base_dir, "the base model's Hugging Face directory")->required()->check(CLI::ExistingDirectory);
+  merge_cmd->add_option("ADAPTER", adapter_dir, "the adapter directory (adapter_config.json, adapter_model.safetensors)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  merge_cmd->add_option("--out", merged_dir, "the directory to write")->required();
+  merge_cmd->add_option("--max-shard-size", max_shard, "shards of at most this size (5GB, 500MB; 0: one file)");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (*merge_cmd) {
+      const zero::llama::MergeResult r =
+          zero::llama::merge_lora(base_dir, adapter_dir, merged_dir, zero::checkpoint::parse_shard_size(max_shard));
+      fmt::print("zero-ckpt: wrote {} ({} tensors: {} merged with their adapter, {} replaced by the adapter's); peak "
+                 "RSS {} KiB\n",
+                 merged_dir, r.tensors, r.merged, r.replaced, peak_rss_kib());
+      return 0;
+    }
     if (*inspect_cmd) {
       inspect(dir, tag, !no_verify);
       return 0;

@@ -74,6 +74,9 @@ class TrainableModel {
   virtual nlohmann::json client_state() const = 0;
   // Collective: writes the trained weights to `path` in the model's own format.
   virtual void export_to(Engine& engine, World& world, const std::string& path) = 0;
+  // Collective: the run's final export, export_to's unless the model adds to it (a LoRA run with
+  // --merge_adapter also merges the adapter into the base there).
+  virtual void export_final(Engine& engine, World& world, const std::string& path) { export_to(engine, world, path); }
   // What the engine needs to know of the model's tensor-parallel split and pipeline stage (none by default).
   virtual ModelParallelOptions model_parallel() const { return {}; }
 };

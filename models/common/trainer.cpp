@@ -530,7 +530,7 @@ TrainerResult train_model(const TrainerOptions& options, World& whole_world, std
     }
   }
   if (!options.export_path.empty()) {
-    model.export_to(engine, data_parallel, options.export_path);
+    model.export_final(engine, data_parallel, options.export_path);
     report.line("zero-train: wrote " + options.export_path);
   }
   return result;

@@ -402,7 +402,7 @@ FinetuneResult finetune(const TrainingArguments& given_args, World& whole_world,
     // The final model, as trainer.save_model() and save_state() leave it.
     const bool gathers =
         config.zero.stage < 3 || config.zero.stage3_gather_16bit_weights_on_model_save || args.lora.enabled;
-    if (gathers) model->export_to(engine, world, args.output_dir);
+    if (gathers) model->export_final(engine, world, args.output_dir);
     run.on_rank0("trainer_state", [&] {
       fs::create_directories(args.output_dir);
       write_trainer_state(run.state, (fs::path(args.output_dir) / "trainer_state.json").string());

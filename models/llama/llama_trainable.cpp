@@ -48,6 +48,7 @@ class LlamaTrainable : public models::TrainableModel {
         tensor_parallel_(grid ? &grid->tensor_parallel() : nullptr),
         layer_stats_(grid ? &grid->layer_stats() : nullptr) {
     if (lora.enabled) lora_ = attach_lora(model_, lora);
+    merge_adapter_ = lora.merge_adapter;
   }
   torch::nn::Module& module() override { return model_; }
   at::Tensor loss(const at::Tensor& x, const at::Tensor& y) override { return model_.loss(x, y); }
@@ -139,6 +140,10 @@ class LlamaTrainable : public models::TrainableModel {
             .expert_step = tokens_per_expert().empty() ? std::function<ExpertStep()>()
                                                        : [this] { return expert_step_since_last(); }};
   }
+  void export_final(Engine& engine, World& world, const std::string& path) override {
+    if (lora_ && merge_adapter_) return write_merged_model(engine, *lora_, source_dir_, path, world);
+    export_to(engine, world, path);
+  }
   void export_to(Engine& engine, World& world, const std::string& path) override {
     if (lora_) return write_peft_adapter(engine, *lora_, source_dir_, path, world);
     write_hf_model(engine, model_, config_json_,
@@ -159,6 +164,7 @@ class LlamaTrainable : public models::TrainableModel {
   std::string source_dir_;
   LlamaExportOptions options_;
   std::optional<LoraSpec> lora_;  // the adapters on the frozen base, when training LoRA
+  bool merge_adapter_ = false;
   World* tensor_parallel_;
   CommStats* layer_stats_;
   mutable ExpertStep reported_;  // the MoE layers' totals at the last expert_step_since_last()

@@ -16,9 +16,11 @@
 #include "checkpoint/safetensors_reader.h"
 #include "models/llama/four_bit.h"
 #include "models/llama/hf_model_dir.h"
+#include "models/llama/lora_merge.h"
 #include "util/json_from_file.h"
 #include "zero/engine.h"
 #include "zero/error.h"
+#include "zero/communicator.h"
 #include "zero/world.h"
 
 namespace zero::llama {
@@ -26,14 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kPrefix = "base_model.model.";  // PeftModel → LoraModel → the transformers model
 
 void load_adapter(LlamaForCausalLM& model, const std::string& adapter_dir, std::map<std::string, at::Tensor>& saved);
 void quantize_base(LlamaForCausalLM& model, const LoraOptions& options);
-
-// PEFT's default targets for the Llama family (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
-// llama, mistral and qwen2 alike).
-const std::vector<std::string> kDefaultTargets = {"q_proj", "v_proj"};
 
 std::string key_list(const nlohmann::json& targets) {
   if (targets.is_string()) return targets.get<std::string>();
@@ -84,87 +81,6 @@ at::Tensor adapter_tensor(const checkpoint::SafetensorsFile& file, const checkpo
 }
 
 }  // namespace
-
-double LoraSpec::scaling() const {
-  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
-}
-
-LoraSpec lora_spec_from_options(const LoraOptions& o) {
-  if (o.r <= 0) throw Error(fmt::format("--lora_r {}: the rank must be at least 1", o.r), "--lora_r");
-  if (!(o.dropout >= 0 && o.dropout < 1))
-    throw Error(fmt::format("--lora_dropout {}: must be in [0, 1)", o.dropout), "--lora_dropout");
-  LoraSpec spec{.r = o.r, .alpha = o.alpha, .dropout = o.dropout, .target_modules = nlohmann::json(), .use_rslora = o.use_rslora,
-                .modules_to_save = o.modules_to_save};
-  const std::vector<std::string>& targets = o.target_modules.empty() ? kDefaultTargets : o.target_modules;
-  if (targets.size() == 1 && targets[0] == "all-linear") {
-    spec.target_modules = "all-linear";
-  } else {
-    spec.target_modules = nlohmann::json::array();
-    for (const auto& t : targets) {
-      if (t == "all-linear") throw Error("--lora_target_modules: all-linear stands alone", "--lora_target_modules");
-      spec.target_modules.push_back(t);
-    }
-  }
-  return spec;
-}
-
-LoraSpec read_adapter_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  if (!fs::exists(path)) throw Error(path + ": not found (is " + dir + " a PEFT adapter directory?)", path);
-  const nlohmann::json c = parse_json_from(checkpoint::read_text_file(path), path);
-  auto fail = [&](const std::string& key, const std::string& why) -> Error {
-    return Error(fmt::format("{}: \"{}\" {}", path, key, why), key);
-  };
-  if (!c.is_object()) throw Error(path + ": not a JSON object", path);
-  if (c.value("peft_type", std::string()) != "LORA")
-    throw fail("peft_type", "is " + c.value("peft_type", nlohmann::json()).dump() + ": only LORA adapters are trained here");
-  LoraSpec spec;
-  if (!c.contains("r") || !json_to(c["r"], spec.r) || spec.r <= 0) throw fail("r", "must be a positive integer");
-  if (!c.contains("lora_alpha") || !c["lora_alpha"].is_number()) throw fail("lora_alpha", "must be a number");
-  spec.alpha = c["lora_alpha"].get<double>();
-  const nlohmann::json dropout = c.value("lora_dropout", nlohmann::json(0.0));
-  if (!dropout.is_number() || !(dropout.get<double>() >= 0 && dropout.get<double>() < 1))
-    throw fail("lora_dropout", "must be a number in [0, 1)");
-  spec.dropout = dropout.get<double>();
-  const nlohmann::json rslora = c.value("use_rslora", nlohmann::json(false));
-  if (!rslora.is_boolean()) throw fail("use_rslora", "must be true or false");
-  spec.use_rslora = rslora.get<bool>();
-  const nlohmann::json targets = c.value("target_modules", nlohmann::json());
-  if (targets.is_string()) {
-    if (targets.get<std::string>() != "all-linear")
-      throw fail("target_modules", "is a regular expression: not supported yet (list the module names)");
-    spec.target_modules = targets;
-  } else if (targets.is_array() && !targets.empty()) {
-    for (const auto& t : targets)
-      if (!t.is_string()) throw fail("target_modules", "must hold module names");
-    spec.target_modules = targets;
-  } else {
-    throw fail("target_modules", "must be a list of module names or \"all-linear\"");
-  }
-  const nlohmann::json saved = c.value("modules_to_save", nlohmann::json());
-  if (saved.is_array()) {
-    for (const auto& m : saved) {
-      if (!m.is_string()) throw fail("modules_to_save", "must hold module names");
-      spec.modules_to_save.push_back(m.get<std::string>());
-    }
-  } else if (!saved.is_null()) {
-    throw fail("modules_to_save", "must be a list of module names or null");
-  }
-  // What PEFT's LoraConfig can say that these adapters do not compute: refused, never ignored.
-  auto refuse_unless = [&](const char* key, const nlohmann::json& plain, const std::string& what) {
-    if (c.contains(key) && !c[key].is_null() && c[key] != plain) throw fail(key, "is " + c[key].dump() + ": " + what + " is not supported");
-  };
-  refuse_unless("bias", "none", "training biases with the adapter");
-  refuse_unless("use_dora", false, "DoRA");
-  refuse_unless("fan_in_fan_out", false, "a transposed (Conv1D) base layer");
-  refuse_unless("rank_pattern", nlohmann::json::object(), "a rank per layer");
-  refuse_unless("alpha_pattern", nlohmann::json::object(), "an alpha per layer");
-  refuse_unless("layers_to_transform", nlohmann::json(), "adapting only some layers");
-  refuse_unless("trainable_token_indices", nlohmann::json(), "trainable tokens");
-  return spec;
-}
-
-std::string peft_name(const std::string& engine_name) { return kPrefix + hf_name(engine_name); }
 
 LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options) {
   if (model.place.group) throw Error("LoRA with tensor parallelism is not built yet", "--use_peft");
@@ -220,8 +136,8 @@ LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options) {
       }
       if (adapted.count(name)) throw Error(fmt::format("{}: {} is both adapted and saved whole", origin, name), m);
       for (auto& p : w->parameters(/*recurse=*/false)) p.requires_grad_(true);
-      saved[kPrefix + name + ".weight"] = w->weight;
-      if (w->bias.defined()) saved[kPrefix + name + ".bias"] = w->bias;
+      saved[std::string(kPeftPrefix) + name + ".weight"] = w->weight;
+      if (w->bias.defined()) saved[std::string(kPeftPrefix) + name + ".bias"] = w->bias;
       found = true;
     }
     // lm_head is registered only when untied (a tied model has none: caught above by name).
@@ -278,8 +194,8 @@ void load_adapter(LlamaForCausalLM& model, const std::string& adapter_dir, std::
   };
   for (auto& [name, w] : linear_layers(model)) {
     if (!w->lora_A) continue;
-    load(kPrefix + name + ".lora_A.weight", w->lora_A->weight);
-    load(kPrefix + name + ".lora_B.weight", w->lora_B->weight);
+    load(std::string(kPeftPrefix) + name + ".lora_A.weight", w->lora_A->weight);
+    load(std::string(kPeftPrefix) + name + ".lora_B.weight", w->lora_B->weight);
   }
   for (auto& [key, p] : saved) {
     if (file.find(key)) load(key, p);  // (absent: the module starts from the base's weights)
@@ -316,31 +232,27 @@ void write_peft_adapter(Engine& engine, const LoraSpec& spec, const std::string&
       },
       [&] {
         writer->finish();
-        // PEFT's LoraConfig as save_pretrained writes it (the keys these adapters use; the others at
-        // their defaults, so that PeftModel.from_pretrained reads the same adapter back).
-        nlohmann::ordered_json c;
-        c["peft_type"] = "LORA";
-        c["task_type"] = "CAUSAL_LM";
-        c["base_model_name_or_path"] = base_dir;
-        c["r"] = spec.r;
-        c["lora_alpha"] = spec.alpha;
-        c["lora_dropout"] = spec.dropout;
-        c["target_modules"] = spec.target_modules;
-        c["use_rslora"] = spec.use_rslora;
-        c["modules_to_save"] = spec.modules_to_save.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(spec.modules_to_save);
-        c["bias"] = "none";
-        c["fan_in_fan_out"] = false;
-        c["init_lora_weights"] = true;
-        c["inference_mode"] = true;
-        c["layers_to_transform"] = nullptr;
-        c["layers_pattern"] = nullptr;
-        c["rank_pattern"] = nlohmann::ordered_json::object();
-        c["alpha_pattern"] = nlohmann::ordered_json::object();
-        c["use_dora"] = false;
-        c["revision"] = nullptr;
+        const nlohmann::ordered_json c = adapter_config_json(spec, base_dir);
         checkpoint::write_file_atomically((fs::path(dir) / "adapter_config.json").string(), c.dump(2) + "\n");
       },
       0, "adapter export to " + dir);
+}
+
+void write_merged_model(Engine& engine, const LoraSpec& spec, const std::string& base_dir, const std::string& dir,
+                        World& world) {
+  const std::string adapter = (fs::path(dir) / "adapter").string();
+  write_peft_adapter(engine, spec, base_dir, adapter, world);
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      merge_lora(base_dir, adapter, dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
+  world.communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
+  if (failed.item<int>() != 0) throw Error(error.empty() ? "merging the adapter into " + dir + " failed on rank 0" : error, dir);
 }
 
 }  // namespace zero::llama

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "models/llama/llama.h"
-#include "models/llama/lora_options.h"
+#include "models/llama/lora_config.h"
 
 namespace zero {
 class Engine;
@@ -20,36 +20,21 @@ class World;
 
 namespace zero::llama {
 
-// What an adapter is, resolved: from the flags, or from an adapter directory's adapter_config.json.
-struct LoraSpec {
-  int64_t r = 0;
-  double alpha = 0, dropout = 0;
-  nlohmann::json target_modules;  // a list of names, "all-linear", or another string (a regular expression)
-  bool use_rslora = false;
-  std::vector<std::string> modules_to_save;
-  double scaling() const;
-};
-
-// The spec from the flags (PEFT's default targets filled in); errors name the flag.
-LoraSpec lora_spec_from_options(const LoraOptions& options);
-// The spec from DIR/adapter_config.json; an error names the file and the key (a PEFT method other
-// than LoRA, DoRA, per-layer ranks, biases, ... are refused, not ignored).
-LoraSpec read_adapter_config(const std::string& dir);
-
 // Adds the adapters to `model` (each rank alike: lora_A drawn from `options.seed`, or read from
 // options.adapter_dir, whose tensors must all be used and fit this model) and freezes everything
 // else but the modules to save. Returns the spec. Nothing matching a target, a tied lm_head to
 // save, or a model with tensor/pipeline/expert parallelism: an error naming it.
 LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options);
 
-// PEFT's name of an engine parameter that is an adapter or a module to save
-// ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
-std::string peft_name(const std::string& engine_name);
-
 // Collective: every rank calls it. Rank 0 writes DIR/adapter_model.safetensors (the engine's
 // trainable parameters, gathered whole one stage-3 unit at a time) and DIR/adapter_config.json;
 // `base_dir` goes into base_model_name_or_path. Every rank throws if rank 0 failed.
 void write_peft_adapter(Engine& engine, const LoraSpec& spec, const std::string& base_dir, const std::string& dir,
+                        World& world);
+
+// Collective: the adapter into DIR/adapter (write_peft_adapter), then rank 0 merges it into the
+// base at `base_dir` as a Hugging Face model in DIR (lora_merge.h). Every rank throws if rank 0 failed.
+void write_merged_model(Engine& engine, const LoraSpec& spec, const std::string& base_dir, const std::string& dir,
                         World& world);
 
 }  // namespace zero::llama

@@ -24,6 +24,9 @@ struct LoraOptions {
   // then decides r, alpha, the targets, ... as PeftModel.from_pretrained(is_trainable=True) does).
   std::string adapter_dir;
   uint64_t seed = 42;  // lora_A's initialisation (the same on every rank)
+  // --merge_adapter: the run's final export is the base with the adapter merged (a Hugging Face
+  // model), the adapter itself in its adapter/ folder.
+  bool merge_adapter = false;
   // QLoRA, by bitsandbytes' names (--load_in_4bit ...): the frozen base's linear layers (all but
   // lm_head) stored in 4 bits (four_bit.h) and dequantized one layer at a time for compute.
   bool load_in_4bit = false;

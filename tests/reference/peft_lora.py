@@ -184,6 +184,24 @@ def cmd_loss(a):
         hf_llama.emit({"loss": hf_llama.forward_loss(c, with_modules_to_save(P, train), x, y).item()})
 
 
+def cmd_merged(a):
+    """The logits of MERGED (a plain model directory, e.g. zero-ckpt merge-lora's) against base +
+    adapter's, on the first window: their largest difference, and the largest logit."""
+    c = hf_llama.load_config(os.path.join(a.model, "config.json"))
+    P = hf_llama.load_params(a.model, c, torch.float32)
+    M = hf_llama.load_params(a.merged, c, torch.float32)
+    cfg, tensors = read_adapter(a.adapter)
+    train, linear = build(c, P, cfg, tensors)
+    x, _ = hf_llama.window(hf_llama.read_tokens(a.data), 0, a.rows, a.seq)
+    plain = hf_llama.linear
+    with torch.no_grad():
+        merged = hf_llama.forward_logits(c, M, x)
+        hf_llama.linear = linear
+        adapted = hf_llama.forward_logits(c, with_modules_to_save(P, train), x)
+    hf_llama.linear = plain
+    hf_llama.emit({"max_abs_diff": (merged - adapted).abs().max().item(), "max_abs_logit": adapted.abs().max().item()})
+
+
 def cmd_read(a):
     """The adapter's tensors with their shapes and the config's keys (an independent reader)."""
     cfg, tensors = read_adapter(a.adapter)
@@ -228,6 +246,7 @@ def main(argv):
         out=dict(default=None))
     add("loss", cmd_loss, ["model", "adapter"], **data)
     add("read", cmd_read, ["adapter"])
+    add("merged", cmd_merged, ["model", "adapter", "merged"], **data)
     add("batch", cmd_batch, ["jobs"])
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
