@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <optional>
 
 #include "checkpoint/files.h"
 #include "checkpoint/hf_directory_writer.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/lora_config.h"
 #include "zero/error.h"
 
 namespace zero::llama {
@@ -36,21 +39,47 @@ class HfSink : public checkpoint::ConsolidationSink {
     const uint64_t element = dtype_ == "fp32" ? 4 : 2;
     std::vector<checkpoint::SafetensorsEntry> entries;
     std::vector<int> order;
+    // A LoRA run trained its adapter only: PEFT's files, under PEFT's names.
+    const nlohmann::json lora = client["llama"].value("lora", nlohmann::json());
     for (int p = 0; p < reader.num_params(); ++p) {
-      entries.push_back({hf_name(reader.name(p)), name, reader.shape(p), element * static_cast<uint64_t>(reader.numel(p))});
+      entries.push_back({lora.is_object() ? peft_name(reader.name(p)) : hf_name(reader.name(p)), name, reader.shape(p),
+                         element * static_cast<uint64_t>(reader.numel(p))});
       order.push_back(p);
+    }
+    if (lora.is_object()) {
+      try {
+        adapter_ = LoraSpec{.r = lora.at("r").get<int64_t>(),
+                          .alpha = lora.at("lora_alpha").get<double>(),
+                          .dropout = lora.at("lora_dropout").get<double>(),
+                          .target_modules = lora.at("target_modules"),
+                          .use_rslora = lora.at("use_rslora").get<bool>(),
+                          .modules_to_save = lora.at("modules_to_save").get<std::vector<std::string>>()};
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(reader.manifest_path() + ": client_state.llama.lora: " + e.what(), reader.manifest_path());
+      }
+      std::filesystem::create_directories(out_);
+      adapter_writer_ = std::make_unique<checkpoint::SafetensorsWriter>(
+          (std::filesystem::path(out_) / "adapter_model.safetensors").string(), entries,
+          std::map<std::string, std::string>{{"format", "pt"}});
+      return order;
     }
     writer_ = std::make_unique<checkpoint::HfDirectoryWriter>(out_, entries, max_shard_);
     return order;
   }
 
   void append(int, const std::vector<float>& values) override {
-    if (dtype_ == "fp32") return writer_->append(values.data(), 4 * values.size());
+    if (dtype_ == "fp32") return write(values.data(), 4 * values.size());
     if (dtype_ == "bf16") return append_as<c10::BFloat16>(values);
     append_as<c10::Half>(values);
   }
 
   void finish() override {
+    if (adapter_) {
+      adapter_writer_->finish();
+      checkpoint::write_file_atomically((std::filesystem::path(out_) / "adapter_config.json").string(),
+                                        adapter_config_json(*adapter_, source_dir_).dump(2) + "\n");
+      return;
+    }
     config_["torch_dtype"] = dtype_ == "bf16" ? "bfloat16" : dtype_ == "fp16" ? "float16" : "float32";
     writer_->add_file("config.json", config_.dump(2) + "\n");
     namespace fs = std::filesystem;
@@ -66,7 +95,11 @@ class HfSink : public checkpoint::ConsolidationSink {
   void append_as(const std::vector<float>& values) {
     std::vector<Out> out(values.size());
     std::transform(values.begin(), values.end(), out.begin(), [](float v) { return Out(v); });  // nearest even
-    writer_->append(out.data(), sizeof(Out) * out.size());
+    write(out.data(), sizeof(Out) * out.size());
+  }
+  void write(const void* data, uint64_t bytes) {
+    if (adapter_writer_) return adapter_writer_->append(data, bytes);
+    writer_->append(data, bytes);
   }
 
   std::string out_, dtype_;
@@ -74,6 +107,8 @@ class HfSink : public checkpoint::ConsolidationSink {
   nlohmann::ordered_json config_;
   std::string source_dir_;
   std::unique_ptr<checkpoint::HfDirectoryWriter> writer_;
+  std::optional<LoraSpec> adapter_;  // a LoRA run's checkpoint: its adapter
+  std::unique_ptr<checkpoint::SafetensorsWriter> adapter_writer_;
 };
 
 }  // namespace

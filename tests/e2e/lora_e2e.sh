@@ -4,7 +4,8 @@
 # llama_cases fixture's llama_gqa model and rsLoRA adapter (lm_head saved whole):
 # - zero-train --model --use_peft --adapter_name_or_path on 4 ranks at stage 3, --export with
 #   --merge_adapter: the adapter (DIR/adapter) reads back with every tensor's whole shape, and the
-#   merged model's logits equal base + adapter's within 1e-5 of the largest logit (fp32);
+#   merged model's logits equal base + adapter's within 1e-5 of the largest logit (fp32); its
+#   checkpoint consolidated (zero-ckpt consolidate --format hf) is the same adapter;
 # - zero-ckpt merge-lora of the fixture's adapter: the same;
 # - zero-ckpt merge-lora of that adapter onto another base fails naming the tensor, writing nothing.
 #   ARGS: BIN_DIR SOURCE_DIR (ZERO_LLAMA_CASES from CTest's llama_cases fixture)
@@ -24,7 +25,7 @@ same_logits() {  # MERGED ADAPTER WHAT
 }
 
 "$bin/zero-run" -n 4 "$bin/zero-train" --model "$base" --train-data "$cases/tokens.bin" --seq-len 16 --steps 2 \
-  --config "$(config 3)" --use_peft --adapter_name_or_path "$adapter" --export "$tmp/out" --merge_adapter \
+  --config "$(config 3)" --use_peft --adapter_name_or_path "$adapter" --export "$tmp/out" --merge_adapter --save-dir "$tmp/ckpt" \
   --no-progress > "$tmp/train.log" 2>&1 || { echo "FAIL zero-train"; cat "$tmp/train.log"; exit 1; }
 read=$($ref read "$tmp/out/adapter") || { echo "FAIL the reference cannot read the adapter: $read"; fail=1; }
 $py - "$read" <<'PY' || { echo "FAIL adapter shapes: $read"; fail=1; }
@@ -38,6 +39,19 @@ PY
 [[ -f $tmp/out/model.safetensors && -f $tmp/out/config.json && ! -e $tmp/out/adapter_config.json ]] ||
   { echo "FAIL the merged directory: $(ls "$tmp/out")"; fail=1; }
 same_logits "$tmp/out" "$tmp/out/adapter" "--merge_adapter"
+# The checkpoint consolidated is the same adapter (PEFT's files, the same config), bit for bit in fp32.
+"$bin/zero-ckpt" consolidate "$tmp/ckpt" --format hf --dtype fp32 --out "$tmp/consolidated" > "$tmp/cons.log" 2>&1 ||
+  { echo "FAIL consolidate"; cat "$tmp/cons.log"; fail=1; }
+$py - "$src/tests/reference" "$tmp/consolidated" "$tmp/out/adapter" <<'PY' || { echo "FAIL the consolidated adapter differs from the export"; fail=1; }
+import sys
+sys.path.insert(0, sys.argv[1])
+import peft_lora
+ca, a = peft_lora.read_adapter(sys.argv[2])
+cb, b = peft_lora.read_adapter(sys.argv[3])
+assert sorted(a) == sorted(b) and all(bool((a[k] == b[k]).all()) for k in a), sorted(a)
+for key in ("r", "lora_alpha", "target_modules", "use_rslora", "modules_to_save"):
+    assert ca[key] == cb[key], key
+PY
 
 "$bin/zero-ckpt" merge-lora "$base" "$adapter" --out "$tmp/merged" > "$tmp/merge.log" 2>&1 ||
   { echo "FAIL zero-ckpt merge-lora"; cat "$tmp/merge.log"; exit 1; }
