@@ -167,3 +167,20 @@ TEST(FourBit, LinearDequantizesForwardAndBackward) {
   y.backward(dy);
   EXPECT_TRUE(at::allclose(x.grad(), at::matmul(dy, deq), 1e-6, 1e-6));
 }
+
+// The one-pass dequantization (fp32 and bf16) gives LibTorch's unpack-index-scale-cast bit for bit.
+TEST(FourBit, OnePassDequantizationIsLibTorchsOps) {
+  const at::Tensor x = reference_vector(64 * 40 + 37);
+  for (const FourBitType type : {FourBitType::kNf4, FourBitType::kFp4}) {
+    const zero::llama::FourBitWeight q = zero::llama::quantize_4bit(x, type, true);
+    const at::Tensor table = at::tensor(zero::llama::four_bit_codes(type), at::kFloat);
+    const int64_t n = x.numel();
+    const at::Tensor codes = at::stack({q.codes.bitwise_right_shift(4), q.codes.bitwise_and(0xF)}, 1).reshape(-1).narrow(0, 0, n);
+    const at::Tensor want = table.index({codes.to(at::kLong)}) *
+                            zero::llama::block_absmax(q).repeat_interleave(zero::llama::kFourBitBlock).narrow(0, 0, n);
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor got = zero::llama::dequantize_4bit(q, dtype);
+      EXPECT_TRUE(at::equal(got, want.to(dtype))) << c10::toString(dtype);
+    }
+  }
+}
