@@ -51,6 +51,15 @@ TEST_F(LlamaCases, LoraTrajectoriesMatchPeftsAtEveryStage) {
   }
 }
 
+// With activation checkpointing each layer runs again in backward: its frozen base is gathered
+// again for the recomputation and freed after the layer's backward, and the trajectory is the same.
+TEST_F(LlamaCases, LoraWithActivationCheckpointingMatchesPefts) {
+  const auto reference = expected("llama_gqa", "lora_all.expected.json")["sgd"]["losses"].get<std::vector<double>>();
+  TrainerOptions o = lora_options("lora_all", 3, "sgd", 10);
+  o.checkpoint_every = 1;
+  expect_reference(losses(train_model(o, test_world(), nullptr)), reference, "lora_all, checkpointing, stage 3");
+}
+
 // At stage 3 every rank holds a shard of each adapter; the export gathers them whole, under PEFT's
 // names, and after 3 steps of SGD they are the reference's trained adapter (peft_lora.py --out)
 // within 1e-5 of each tensor's largest value (after 10 steps the difference measured 6e-7 to 2e-6).
