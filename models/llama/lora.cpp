@@ -125,27 +125,21 @@ LoraSpec attach_lora(LlamaForCausalLM& model, const LoraOptions& options) {
   // numbers, and one tensor less here). A tied lm_head is the embedding: saving one would untie them.
   std::map<std::string, at::Tensor> saved;  // PEFT name → the parameter trained
   for (const std::string& m : spec.modules_to_save) {
+    // (A tied model registers no lm_head: the name alone says it.)
+    if (model.config.tie_word_embeddings && (names_match("lm_head", m) || names_match("model.embed_tokens", m))) {
+      throw Error(fmt::format("{}: modules_to_save {}: the model ties lm_head to the embedding; saving one of them "
+                              "apart is not built yet",
+                              origin, m),
+                  m);
+    }
     bool found = false;
     for (auto& [name, w] : linear_layers(model)) {
       if (!names_match(name, m)) continue;
-      if (model.config.tie_word_embeddings && (name == "lm_head" || name == "model.embed_tokens")) {
-        throw Error(fmt::format("{}: modules_to_save {}: the model ties lm_head to the embedding; saving one "
-                                "of them apart is not built yet",
-                                origin, m),
-                    m);
-      }
       if (adapted.count(name)) throw Error(fmt::format("{}: {} is both adapted and saved whole", origin, name), m);
       for (auto& p : w->parameters(/*recurse=*/false)) p.requires_grad_(true);
       saved[std::string(kPeftPrefix) + name + ".weight"] = w->weight;
       if (w->bias.defined()) saved[std::string(kPeftPrefix) + name + ".bias"] = w->bias;
       found = true;
-    }
-    // lm_head is registered only when untied (a tied model has none: caught above by name).
-    if (!found && (m == "lm_head" || m == "embed_tokens") && model.config.tie_word_embeddings) {
-      throw Error(fmt::format("{}: modules_to_save {}: the model ties lm_head to the embedding; saving one of "
-                              "them apart is not built yet",
-                              origin, m),
-                  m);
     }
     if (!found) throw Error(fmt::format("{}: modules_to_save {} matches no module of the model", origin, m), m);
   }
@@ -218,19 +212,23 @@ void write_peft_adapter(Engine& engine, const LoraSpec& spec, const std::string&
   std::vector<checkpoint::SafetensorsEntry> entries;
   for (const auto& p : params)
     entries.push_back({peft_name(p.name), safetensors_dtype_name(p.dtype), p.shape, static_cast<uint64_t>(p.bytes)});
+  // Made on rank 0 inside the visit, so that a directory it cannot write is every rank's error
+  // (visit_whole_parameters agrees on it) rather than rank 0's alone before the gathers.
   std::unique_ptr<checkpoint::SafetensorsWriter> writer;
-  const bool writes = world.rank() == 0;
-  if (writes) {
+  auto open = [&] {
+    if (writer) return;
     fs::create_directories(dir);
     writer = std::make_unique<checkpoint::SafetensorsWriter>((fs::path(dir) / "adapter_model.safetensors").string(),
                                                              entries, std::map<std::string, std::string>{{"format", "pt"}});
-  }
+  };
   engine.visit_whole_parameters(
       [&](size_t, const at::Tensor& whole) {
+        open();
         const at::Tensor t = whole.contiguous();
         writer->append(t.data_ptr(), static_cast<uint64_t>(t.nbytes()));
       },
       [&] {
+        open();
         writer->finish();
         const nlohmann::ordered_json c = adapter_config_json(spec, base_dir);
         checkpoint::write_file_atomically((fs::path(dir) / "adapter_config.json").string(), c.dump(2) + "\n");
@@ -250,9 +248,7 @@ void write_merged_model(Engine& engine, const LoraSpec& spec, const std::string&
       error = e.what();
     }
   }
-  at::Tensor failed = at::full({1}, error.empty() ? 0 : 1, at::kInt);
-  world.communicator().all_reduce(failed, ReduceOp::kMax, {.async = false});
-  if (failed.item<int>() != 0) throw Error(error.empty() ? "merging the adapter into " + dir + " failed on rank 0" : error, dir);
+  agree(world.communicator(), error, world.rank(), "merging the adapter into " + dir);
 }
 
 }  // namespace zero::llama

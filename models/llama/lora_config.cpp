@@ -53,7 +53,7 @@ LoraSpec read_adapter_config(const std::string& dir) {
     return Error(fmt::format("{}: \"{}\" {}", path, key, why), key);
   };
   if (!c.is_object()) throw Error(path + ": not a JSON object", path);
-  if (c.value("peft_type", std::string()) != "LORA")
+  if (!c.contains("peft_type") || c["peft_type"] != "LORA")
     throw fail("peft_type", "is " + c.value("peft_type", nlohmann::json()).dump() + ": only LORA adapters are trained here");
   LoraSpec spec;
   if (!c.contains("r") || !json_to(c["r"], spec.r) || spec.r <= 0) throw fail("r", "must be a positive integer");

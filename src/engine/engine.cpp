@@ -156,6 +156,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
   const bool stage3 = config.zero.stage == 3;
   engine::UnitMap units;
   engine::FrozenUnits frozen_units;
+  const std::vector<at::Tensor> frozen = distinct_parameters(model, false);
   if (stage3) {
     units = engine::find_units(model, params, s.param_names);
     // DeepSpeed's persistence thresholds: small parameters stay whole on every rank (in the root
@@ -177,7 +178,6 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     }
     // The frozen parameters (a LoRA's base), partitioned by the same units and thresholds, in a
     // group of their own: no gradients, no master, no optimizer state, not in checkpoints.
-    std::vector<at::Tensor> frozen = distinct_parameters(model, false);
     const bool split_model = expert_parallel || (tensor_parallel.group && tensor_parallel.group->size() > 1);
     if (!frozen.empty() && !split_model) {
       std::unordered_map<const void*, std::string> name_of;
@@ -212,7 +212,7 @@ Engine::Engine(torch::nn::Module& model, const Config& config, World& world, con
     }
   }
   if (s.frozen_buckets.empty()) {
-    for (const auto& p : distinct_parameters(model, false)) s.frozen_bytes += static_cast<int64_t>(p.nbytes());
+    for (const auto& p : frozen) s.frozen_bytes += static_cast<int64_t>(p.nbytes());
   }
   // Stage 3: a bucket per unit (its gather and its reduction), whatever reduce_bucket_size says.
   std::vector<at::Tensor> adopted;  // per unit: the bucket zero::Init made
