@@ -52,12 +52,18 @@ TEST_F(LlamaCases, LoraTrajectoriesMatchPeftsAtEveryStage) {
 }
 
 // With activation checkpointing each layer runs again in backward: its frozen base is gathered
-// again for the recomputation and freed after the layer's backward, and the trajectory is the same.
-TEST_F(LlamaCases, LoraWithActivationCheckpointingMatchesPefts) {
+// again for the recomputation and freed after the layer's backward. With one row a micro-step the
+// step's 12 rows are 12 / N micro-steps a rank, each gathering and freeing every layer's base and
+// adapters again. The trajectory is the reference's.
+TEST_F(LlamaCases, LoraWithCheckpointingAndAccumulationMatchesPefts) {
   const auto reference = expected("llama_gqa", "lora_all.expected.json")["sgd"]["losses"].get<std::vector<double>>();
-  TrainerOptions o = lora_options("lora_all", 3, "sgd", 10);
-  o.checkpoint_every = 1;
-  expect_reference(losses(train_model(o, test_world(), nullptr)), reference, "lora_all, checkpointing, stage 3");
+  for (const bool checkpointing : {true, false}) {
+    TrainerOptions o = lora_options("lora_all", 3, "sgd", 10);
+    o.checkpoint_every = checkpointing ? 1 : 0;
+    o.config_text.replace(o.config_text.find("\"train_batch_size\""), 0, R"("train_micro_batch_size_per_gpu": 1, )");
+    expect_reference(losses(train_model(o, test_world(), nullptr)), reference,
+                     std::string("lora_all, stage 3, accumulation") + (checkpointing ? ", checkpointing" : ""));
+  }
 }
 
 // At stage 3 every rank holds a shard of each adapter; the export gathers them whole, under PEFT's
