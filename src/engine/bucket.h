@@ -251,6 +251,10 @@ class BucketGroup {
   // follows. The average is left to the caller, which folds it into its own unscale-and-clip
   // multiplication: one pass over the gradients, not two.
   at::Tensor owned_gradients();
+  // The same gradients without a copy, bucket by bucket: each bucket's owned elements as a view
+  // of the accumulator (streamed; fp32) or of its gradient buffer (in the model's dtype). Empty
+  // when the gradients went to NVMe. What Partition::step_from reads a slice at a time.
+  std::vector<at::Tensor> owned_gradient_views();
   double averaging_factor() const;
   void zero();  // after the optimizer step (or a skipped one): forget everything accumulated
   int64_t completions() const { return completions_; }  // buckets completed since construction

@@ -244,6 +244,19 @@ at::Tensor BucketGroup::owned_gradients() {
   return accumulator_;
 }
 
+std::vector<at::Tensor> BucketGroup::owned_gradient_views() {
+  std::vector<at::Tensor> views;
+  if (streamed()) {
+    const at::Tensor accumulator = owned_gradients();  // (zeroed first when nothing was reduced)
+    if (!accumulator.defined()) return views;
+    for (const auto& bucket : flat_.layout().buckets())
+      views.push_back(accumulator.narrow(0, bucket.owned_offset, bucket.shard));
+    return views;
+  }
+  for (const Bucket& bucket : buckets_) views.push_back(flat_.shard(bucket.grads_, bucket.index(), bucket.owned_shard()));
+  return views;
+}
+
 double BucketGroup::averaging_factor() const {
   const double ranks = comm_.size();
   return options_.prescale ? options_.predivide_factor / ranks : 1.0 / ranks;

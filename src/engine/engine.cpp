@@ -422,13 +422,22 @@ void Engine::apply_step() {
   }
   // Summed over ranks; on the optimizer's device (the host under ZeRO-Offload: one copy down).
   // (Undefined when they are on NVMe: the partition streams them.)
-  at::Tensor grads = s.buckets->owned_gradients();
-  if (grads.defined()) grads = grads.to(s.partition->state_device());
+  // On the host, the step reads them where they are, a slice at a time (Partition::step_from);
+  // tensor parallelism and stage 0's experts subtract parts of the sum below from one tensor.
+  std::vector<at::Tensor> views;
+  if (!s.tensor_parallel && !(s.expert_parallel && !s.flat->layout().partitioned()))
+    views = s.buckets->owned_gradient_views();
+  const bool by_slices = s.partition->steps_from(views);
+  at::Tensor grads;
+  if (!by_slices) {
+    grads = s.buckets->owned_gradients();
+    if (grads.defined()) grads = grads.to(s.partition->state_device());
+  }
   const double average = s.buckets->averaging_factor();
   // The local sum of squares of the (still loss-scaled, summed over ranks) gradients, in tiles of
   // sub_group_size elements (DeepSpeed's unit of the step). It is not finite exactly when some
   // gradient is not: the fp16 overflow check reads it too.
-  double sum_of_squares = s.partition->sum_of_squares(grads);
+  double sum_of_squares = by_slices ? s.partition->sum_of_squares(views) : s.partition->sum_of_squares(grads);
   // Tensor parallelism: the parameters every member holds alike count on the first member only.
   if (s.tensor_parallel && s.tensor_parallel->rank() != 0)
     sum_of_squares -= s.partition->sum_of_squares_of(grads, s.replicated_params);
@@ -478,7 +487,11 @@ void Engine::apply_step() {
   if (auto betas = s.schedule.betas()) std::tie(params.beta1, params.beta2) = *betas;
   {
     auto timed = s.telemetry->time(engine::Phase::kOptimizer);
-    s.partition->step(grads, params);
+    if (by_slices) {
+      s.partition->step_from(views, params);
+    } else {
+      s.partition->step(grads, params);
+    }
   }
   {
     auto timed = s.telemetry->time(engine::Phase::kOptimizerAllGather);

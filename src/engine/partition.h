@@ -100,6 +100,18 @@ class Partition {
   // The part of that sum from the fragments of `params` (indices into the layout) this rank owns.
   double sum_of_squares_of(const at::Tensor& grads, const std::vector<int>& params) const;
   void step(const at::Tensor& grads, const optim::StepParams& params);
+  // Whether step_from can take these owned gradients (BucketGroup::owned_gradient_views): the
+  // master and the optimizer in host memory, apart from the parameters, an element-wise
+  // optimizer, and the views fp32 or bf16.
+  bool steps_from(const std::vector<at::Tensor>& views) const;
+  // sum_of_squares of the views (the same bits: the same buckets, the same kernel's order).
+  double sum_of_squares(const std::vector<at::Tensor>& views) const;
+  // The step of step(), a cache-sized slice at a time from the gradients where they are: each
+  // slice's gradients widened to fp32 (bf16), the optimizer, and the slice's master written into
+  // the parameters while it is in cache. No fp32 copy of all the gradients and no second pass
+  // over the master (sync_parameters then only gathers). The same bits as step() and
+  // sync_parameters(): the optimizer is element-wise and the copy the same rounding.
+  void step_from(const std::vector<at::Tensor>& views, const optim::StepParams& params);
   // The master into the parameters: each bucket's owned shard in the model's dtype, then every
   // rank's shards to every rank (stage 3: into the persistent shard; a unit gathers it when it
   // runs). Bucket by bucket: Bucket::write_owned, Bucket::sync_parameters.
@@ -148,6 +160,7 @@ class Partition {
   std::unique_ptr<OptimizerSwap> swap_;
   bool gradients_on_nvme_ = false;
   std::unique_ptr<GradientSwap> stream_;  // the gradients into swap_ (created with it)
+  bool parameters_written_ = false;       // step_from wrote the master into the parameters
 };
 
 }  // namespace zero::engine

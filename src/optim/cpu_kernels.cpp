@@ -6,6 +6,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cstring>
+
 HWY_BEFORE_NAMESPACE();
 namespace zero::optim {
 namespace HWY_NAMESPACE {
@@ -113,22 +115,45 @@ void LionUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_R
   });
 }
 
-double SumOfSquares(const float* HWY_RESTRICT x, int64_t n) {
+// fp32 lanes of doubles' width from fp32 or bf16 (uint16_t bit patterns) memory: bf16 widens
+// exactly, so both sums see the same values in the same order.
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadHalfWidth(DF df, const float* HWY_RESTRICT p) {
+  return hn::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadHalfWidth(DF df, const uint16_t* HWY_RESTRICT p) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Rebind<uint16_t, DF> du16;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
+}
+HWY_INLINE double Widen(float x) { return static_cast<double>(x); }
+HWY_INLINE double Widen(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &word, sizeof x);
+  return static_cast<double>(x);
+}
+
+template <class T>
+double SumOfSquaresOf(const T* HWY_RESTRICT x, int64_t n) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles in a vector
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
   auto sum0 = hn::Zero(dd), sum1 = hn::Zero(dd);
   int64_t i = 0;
   for (; i + 2 * lanes <= n; i += 2 * lanes) {  // two accumulators: the adds do not wait on each other
-    const auto a = hn::PromoteTo(dd, hn::LoadU(df, x + i));
-    const auto b = hn::PromoteTo(dd, hn::LoadU(df, x + i + lanes));
+    const auto a = hn::PromoteTo(dd, LoadHalfWidth(df, x + i));
+    const auto b = hn::PromoteTo(dd, LoadHalfWidth(df, x + i + lanes));
     sum0 = hn::MulAdd(a, a, sum0);
     sum1 = hn::MulAdd(b, b, sum1);
   }
   double total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum0, sum1)));
-  for (; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (; i < n; ++i) total += Widen(x[i]) * Widen(x[i]);
   return total;
 }
+double SumOfSquares(const float* HWY_RESTRICT x, int64_t n) { return SumOfSquaresOf(x, n); }
+double SumOfSquaresBf16(const uint16_t* HWY_RESTRICT x, int64_t n) { return SumOfSquaresOf(x, n); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace zero::optim
@@ -150,6 +175,7 @@ HWY_EXPORT(AdamUpdate);
 HWY_EXPORT(AdagradUpdate);
 HWY_EXPORT(LionUpdate);
 HWY_EXPORT(SumOfSquares);
+HWY_EXPORT(SumOfSquaresBf16);
 
 namespace {
 
@@ -180,6 +206,7 @@ void lion_update(float* params, const float* grads, float* m, int64_t n, const L
 }
 
 double sum_of_squares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquares)(x, n); }
+double sum_of_squares_bf16(const uint16_t* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumOfSquaresBf16)(x, n); }
 
 void limit_simd(const char* target) {
   if (target == nullptr || *target == '\0' || std::strcmp(target, "auto") == 0) return;

@@ -50,6 +50,9 @@ void lion_update(float* params, const float* grads, float* m, int64_t n, const L
 // Σ x² over n floats, accumulated in double. Not finite exactly when some x is not (a finite
 // float's square cannot overflow a double sum of fewer than 2^900 terms): the fp16 overflow check.
 double sum_of_squares(const float* x, int64_t n);
+// The same sum over bf16 values (their bit patterns): bf16 widens to fp32 exactly, so it equals
+// sum_of_squares of the widened values, bit for bit.
+double sum_of_squares_bf16(const uint16_t* x, int64_t n);
 
 // ZERO_SIMD: "avx2" caps these kernels at AVX2 on a machine with AVX-512 (the sum of squares
 // adds in as many lanes as a vector holds, so its bits follow the target). With LibTorch's

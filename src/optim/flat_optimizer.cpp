@@ -231,6 +231,7 @@ class Lamb : public FlatOptimizer {
   std::vector<std::pair<std::string, at::Tensor>> state() const override {
     return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
   }
+  bool elementwise() const override { return false; }
 
  protected:
   void step_tile(const at::Tensor& params, const at::Tensor&, const StepParams& p, Tile t) override {
@@ -264,11 +265,12 @@ class Lamb : public FlatOptimizer {
 }  // namespace
 
 void FlatOptimizer::step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p) {
-  for (const Tile t : tiles(params.numel())) {
-    const at::Tensor g = slice(grads, t);
-    if (p.grad_scale != 1.0 && !fuses_grad_scale()) g.mul_(p.grad_scale);
-    step_tile(slice(params, t), g, p, t);
-  }
+  for (const Tile t : tiles(params.numel())) step_slice(slice(params, t), slice(grads, t), p, t);
+}
+
+void FlatOptimizer::step_slice(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t) {
+  if (p.grad_scale != 1.0 && !fuses_grad_scale()) grads.mul_(p.grad_scale);
+  step_tile(params, grads, p, t);
 }
 
 template <class Fn>

@@ -69,6 +69,13 @@ class FlatOptimizer {
   void use_tiles(std::vector<Tile> tiles) { tiles_ = std::move(tiles); }
   // params and grads: contiguous fp32 of the same size (the size given at construction).
   virtual void step(const at::Tensor& params, const at::Tensor& grads, const StepParams& p);
+  // Whether every formula is element-wise, so that any cut of the buffer steps to the same bits
+  // (Lamb's trust ratio is per whole parameter: it is not).
+  virtual bool elementwise() const { return true; }
+  // An element-wise optimizer's step over slice t alone (params and grads: t's), with the states
+  // held here: step() over any cut into slices gives the same bits. The engine steps 16-bit
+  // models a cache-sized slice at a time (Partition::step_from).
+  void step_slice(const at::Tensor& params, const at::Tensor& grads, const StepParams& p, Tile t);
   // Named state tensors (checkpoints, memory reports); empty tensors when streamed.
   virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
   int64_t state_bytes() const;
