@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "zero/error.h"
 
@@ -203,6 +204,25 @@ TEST(FlatOptimizer, TilesGiveTheSameBitsAsOnePass) {
     for (int64_t tile : {7, 100}) {
       EXPECT_TRUE(run(tile).equal(whole)) << "optimizer " << static_cast<int>(type) << ", tile " << tile;
     }
+    // The engine's slices (Partition::step_from): any cut, stepped one slice at a time, with the
+    // gradient's scale folded in, gives step()'s bits; Lamb's per-parameter trust ratio says no.
+    auto flat = optim::make_flat_optimizer(c, kN, runs, fragments, 100);
+    EXPECT_EQ(flat->elementwise(), type != OptimizerType::kLamb) << static_cast<int>(type);
+    if (!flat->elementwise()) continue;
+    at::Tensor by_step = start().detach().clone(), by_slices = by_step.clone();
+    auto sliced = optim::make_flat_optimizer(c, kN, runs, fragments, 100);
+    for (int s = 1; s <= kSteps; ++s) {
+      const optim::StepParams p{.lr = c.lr, .step = s, .grad_scale = 0.375};
+      flat->step(by_step, gradient(s), p);
+      const at::Tensor g = gradient(s);
+      for (int64_t at = 0; at < kN; at += 13) {
+        const optim::Tile t{at, std::min<int64_t>(13, kN - at)};
+        sliced->step_slice(by_slices.narrow(0, t.offset, t.length), g.narrow(0, t.offset, t.length), p, t);
+      }
+    }
+    EXPECT_TRUE(by_slices.equal(by_step)) << "optimizer " << static_cast<int>(type);
+    // (Lion's update is a sign: a uniform scale of the gradients leaves it as it is.)
+    if (type != OptimizerType::kLion) EXPECT_FALSE(by_step.equal(whole)) << "optimizer " << static_cast<int>(type);
   }
   EXPECT_THROW(optim::make_flat_optimizer(OptimizerConfig{.type = OptimizerType::kAdam}, kN, {}, {}, 0), Error);
 }
@@ -287,4 +307,22 @@ TEST(CpuAdam, VectorTailsAndThreadsAgreeWithAScalarLoop) {
     }
     EXPECT_LT(worst, 1e-6) << "n = " << n;
   }
+}
+
+// The engine sums bf16 gradients as they are (Partition::sum_of_squares of views): bf16 widens to
+// fp32 exactly, so the sum is the fp32 kernel's of the widened values, bit for bit, at every
+// length (the vector body and the scalar tail).
+TEST(CpuSumOfSquares, Bf16EqualsTheFp32SumOfTheWidenedValues) {
+  torch::manual_seed(3);
+  const at::Tensor values = (torch::randn({1031}) * 40).to(at::kBFloat16);
+  const at::Tensor widened = values.to(at::kFloat);
+  const auto* bits = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
+  for (int64_t n : {0, 1, 3, 16, 17, 1031}) {
+    const double fp32 = optim::sum_of_squares(widened.data_ptr<float>(), n);
+    EXPECT_EQ(optim::sum_of_squares_bf16(bits, n), fp32) << n;
+    if (n > 0) EXPECT_GT(fp32, 0) << n;
+  }
+  EXPECT_NEAR(optim::sum_of_squares_bf16(bits, 1031), widened.to(at::kDouble).square().sum().item<double>(), 1e-9 * 1031 * 1600);
+  const at::Tensor with_inf = at::full({5}, std::numeric_limits<float>::infinity()).to(at::kBFloat16);
+  EXPECT_FALSE(std::isfinite(optim::sum_of_squares_bf16(reinterpret_cast<const uint16_t*>(with_inf.data_ptr<at::BFloat16>()), 5)));
 }
