@@ -126,6 +126,13 @@ struct CausalAttention : torch::autograd::Function<CausalAttention> {
     // Key and value gradients gather from every block that sees them: summed in fp32.
     const auto sums = k.options().dtype(at::kFloat);
     at::Tensor dk = at::zeros(k.sizes(), sums), dv = at::zeros(v.sizes(), sums);
+    // bf16: a block's fp32 probabilities, kept between their two uses (sized for the biggest block).
+    at::Tensor probs32;
+    if (l.bf16) {
+      int64_t largest = 0;
+      for (const Layout::Block& b : l.blocks()) largest = std::max(largest, l.B * l.H * b.queries * b.keys);
+      probs32 = at::empty({largest}, sums);
+    }
     for (const Layout::Block& b : l.blocks()) {
       const at::Tensor keys = k.narrow(2, b.first_key, b.keys), values = v.narrow(2, b.first_key, b.keys);
       const at::Tensor queries = l.stacked(q, b), dattended = l.stacked(dout, b);
@@ -135,7 +142,8 @@ struct CausalAttention : torch::autograd::Function<CausalAttention> {
         const float row_lse = kernels::raw_data<float>(lse)[l.lse_index(b, r)];
         if (l.bf16) {
           kernels::attention_probs_row_bf16(kernels::raw_data<uint16_t>(scores) + r * b.keys, l.row(b, r), row_lse,
-                                            kernels::raw_data<uint16_t>(probs) + r * b.keys);
+                                            kernels::raw_data<uint16_t>(probs) + r * b.keys,
+                                            kernels::raw_data<float>(probs32) + r * b.keys);
         } else {
           kernels::attention_probs_row(kernels::raw_data<float>(scores) + r * b.keys, l.row(b, r), row_lse,
                                        kernels::raw_data<float>(probs) + r * b.keys);
@@ -143,16 +151,15 @@ struct CausalAttention : torch::autograd::Function<CausalAttention> {
       });
       dv.narrow(2, b.first_key, b.keys).add_(at::matmul(probs.transpose(-2, -1), dattended));
       const at::Tensor dprobs = at::matmul(dattended, values.transpose(-2, -1));
-      at::Tensor dscores = std::move(probs);  // its last use was above
-      for_each_row(l, b, [&](int64_t r, float* work) {
-        const float row_lse = kernels::raw_data<float>(lse)[l.lse_index(b, r)];
+      at::Tensor dscores = std::move(probs);  // its last use was above (fp32: read and overwritten in place)
+      for_each_row(l, b, [&](int64_t r, float*) {
         if (l.bf16) {
-          kernels::attention_scores_grad_row_bf16(kernels::raw_data<uint16_t>(scores) + r * b.keys,
-                                                  kernels::raw_data<uint16_t>(dprobs) + r * b.keys, l.row(b, r), row_lse,
-                                                  kernels::raw_data<uint16_t>(dscores) + r * b.keys, work);
+          kernels::attention_scores_grad_row_bf16(kernels::raw_data<float>(probs32) + r * b.keys,
+                                                  kernels::raw_data<uint16_t>(dprobs) + r * b.keys, l.row(b, r),
+                                                  kernels::raw_data<uint16_t>(dscores) + r * b.keys);
         } else {
-          kernels::attention_scores_grad_row(kernels::raw_data<float>(scores) + r * b.keys, kernels::raw_data<float>(dprobs) + r * b.keys,
-                                             l.row(b, r), row_lse, kernels::raw_data<float>(dscores) + r * b.keys, work);
+          float* p = kernels::raw_data<float>(dscores) + r * b.keys;
+          kernels::attention_scores_grad_row(p, kernels::raw_data<float>(dprobs) + r * b.keys, l.row(b, r), p);
         }
       });
       l.unstack(at::matmul(dscores, keys), dq, b);

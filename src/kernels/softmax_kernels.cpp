@@ -71,32 +71,34 @@ void SoftmaxRow(const T* HWY_RESTRICT s, const ScoreRow& row, T* HWY_RESTRICT p,
   *lse = hn::GetLane(top) + std::log(total);
 }
 
+// p = exp(x − lse) in the row's dtype; in bf16 also `p32`, the fp32 values before rounding, which
+// the scores' gradient reads instead of computing the exponentials again.
 template <class T>
-void ProbsRow(const T* HWY_RESTRICT s, const ScoreRow& row, float lse, T* HWY_RESTRICT p) {
+void ProbsRow(const T* HWY_RESTRICT s, const ScoreRow& row, float lse, T* HWY_RESTRICT p, float* HWY_RESTRICT p32) {
   const hn::ScalableTag<float> df;
   const auto shift = hn::Set(df, lse);
   ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto) {
-    StoreFirst(df, hn::Exp(df, hn::Sub(Scaled(df, s + i, count, row.scale), shift)), p + i, count);
+    const auto prob = hn::Exp(df, hn::Sub(Scaled(df, s + i, count, row.scale), shift));
+    if constexpr (kIsBf16<T>) StoreFirst(df, prob, p32 + i, count);
+    StoreFirst(df, prob, p + i, count);
   });
   ZeroHidden(row, p);
 }
 
+// `prob`: the fp32 probabilities (in fp32 the probabilities themselves, which ds may overwrite:
+// each element is read before its own is written, and no other).
 template <class T>
-void ScoresGradRow(const T* HWY_RESTRICT s, const T* HWY_RESTRICT dp, const ScoreRow& row, float lse,
-                   T* HWY_RESTRICT ds, float* HWY_RESTRICT work) {
+void ScoresGradRow(const float* prob, const T* HWY_RESTRICT dp, const ScoreRow& row, T* ds) {
   constexpr bool kBf16 = kIsBf16<T>;
   const hn::ScalableTag<float> df;
-  const auto shift = hn::Set(df, lse);
   auto dot = hn::Zero(df);
   ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto first) {
-    const auto prob = hn::Exp(df, hn::Sub(Scaled(df, s + i, count, row.scale), shift));
-    hn::StoreU(prob, df, work + i);
-    dot = hn::MulAdd(hn::IfThenElseZero(first, prob), LoadFirst(df, dp + i, count), dot);
+    dot = hn::MulAdd(hn::IfThenElseZero(first, LoadFirst(df, prob + i, count)), LoadFirst(df, dp + i, count), dot);
   });
   const auto total = hn::SumOfLanes(df, dot);
   const auto scale = hn::Set(df, row.scale);
   ForEachVisible(df, row.lo, row.hi, [&](int64_t i, int64_t count, auto) {
-    const auto grad = Round<kBf16>(df, hn::Mul(hn::Sub(LoadFirst(df, dp + i, count), total), hn::LoadU(df, work + i)));
+    const auto grad = Round<kBf16>(df, hn::Mul(hn::Sub(LoadFirst(df, dp + i, count), total), LoadFirst(df, prob + i, count)));
     StoreFirst(df, Round<kBf16>(df, hn::Mul(grad, scale)), ds + i, count);
   });
   ZeroHidden(row, ds);
@@ -146,14 +148,13 @@ void SoftmaxRowF32(const float* s, const ScoreRow& row, float* p, float* lse, fl
 void SoftmaxRowBf16(const uint16_t* s, const ScoreRow& row, uint16_t* p, float* lse, float* work) {
   SoftmaxRow(s, row, p, lse, work);
 }
-void ProbsRowF32(const float* s, const ScoreRow& row, float lse, float* p) { ProbsRow(s, row, lse, p); }
-void ProbsRowBf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p) { ProbsRow(s, row, lse, p); }
-void ScoresGradRowF32(const float* s, const float* dp, const ScoreRow& row, float lse, float* ds, float* work) {
-  ScoresGradRow(s, dp, row, lse, ds, work);
+void ProbsRowF32(const float* s, const ScoreRow& row, float lse, float* p) { ProbsRow(s, row, lse, p, nullptr); }
+void ProbsRowBf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p, float* p32) {
+  ProbsRow(s, row, lse, p, p32);
 }
-void ScoresGradRowBf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse, uint16_t* ds,
-                       float* work) {
-  ScoresGradRow(s, dp, row, lse, ds, work);
+void ScoresGradRowF32(const float* p, const float* dp, const ScoreRow& row, float* ds) { ScoresGradRow(p, dp, row, ds); }
+void ScoresGradRowBf16(const float* p32, const uint16_t* dp, const ScoreRow& row, uint16_t* ds) {
+  ScoresGradRow(p32, dp, row, ds);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -183,16 +184,14 @@ void attention_softmax_row_bf16(const uint16_t* s, const ScoreRow& row, uint16_t
 void attention_probs_row(const float* s, const ScoreRow& row, float lse, float* p) {
   HWY_DYNAMIC_DISPATCH(ProbsRowF32)(s, row, lse, p);
 }
-void attention_probs_row_bf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p) {
-  HWY_DYNAMIC_DISPATCH(ProbsRowBf16)(s, row, lse, p);
+void attention_probs_row_bf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p, float* p32) {
+  HWY_DYNAMIC_DISPATCH(ProbsRowBf16)(s, row, lse, p, p32);
 }
-void attention_scores_grad_row(const float* s, const float* dp, const ScoreRow& row, float lse, float* ds,
-                               float* work) {
-  HWY_DYNAMIC_DISPATCH(ScoresGradRowF32)(s, dp, row, lse, ds, work);
+void attention_scores_grad_row(const float* p, const float* dp, const ScoreRow& row, float* ds) {
+  HWY_DYNAMIC_DISPATCH(ScoresGradRowF32)(p, dp, row, ds);
 }
-void attention_scores_grad_row_bf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse,
-                                    uint16_t* ds, float* work) {
-  HWY_DYNAMIC_DISPATCH(ScoresGradRowBf16)(s, dp, row, lse, ds, work);
+void attention_scores_grad_row_bf16(const float* p32, const uint16_t* dp, const ScoreRow& row, uint16_t* ds) {
+  HWY_DYNAMIC_DISPATCH(ScoresGradRowBf16)(p32, dp, row, ds);
 }
 
 void log_sum_exp_row(const float* x, int64_t n, float* lse) { HWY_DYNAMIC_DISPATCH(LogSumExpRowF32)(x, n, lse); }

@@ -24,16 +24,16 @@ struct ScoreRow {
 void attention_softmax_row(const float* s, const ScoreRow& row, float* p, float* lse, float* work);
 void attention_softmax_row_bf16(const uint16_t* s, const ScoreRow& row, uint16_t* p, float* lse, float* work);
 
-// p = exp(x − lse): the forward's probabilities again, from its log-sum-exp.
+// p = exp(x − lse): the forward's probabilities again, from its log-sum-exp; in bf16 also `p32`,
+// the same m floats before their rounding, for the gradient below.
 void attention_probs_row(const float* s, const ScoreRow& row, float lse, float* p);
-void attention_probs_row_bf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p);
+void attention_probs_row_bf16(const uint16_t* s, const ScoreRow& row, float lse, uint16_t* p, float* p32);
 
-// The raw scores' gradient from the probabilities' dp: ds = p · (dp − Σ p·dp) · scale with p in
-// fp32 from lse (LibTorch's softmax backward; in bf16 rounded before and after the scale).
-void attention_scores_grad_row(const float* s, const float* dp, const ScoreRow& row, float lse, float* ds,
-                               float* work);
-void attention_scores_grad_row_bf16(const uint16_t* s, const uint16_t* dp, const ScoreRow& row, float lse,
-                                    uint16_t* ds, float* work);
+// The raw scores' gradient from the probabilities' dp: ds = p · (dp − Σ p·dp) · scale with p the
+// fp32 probabilities above (LibTorch's softmax backward; in bf16 rounded before and after the
+// scale). In fp32, ds may be p itself.
+void attention_scores_grad_row(const float* p, const float* dp, const ScoreRow& row, float* ds);
+void attention_scores_grad_row_bf16(const float* p32, const uint16_t* dp, const ScoreRow& row, uint16_t* ds);
 
 // Cross-entropy: one row of n logits x (in the model's compute dtype; the loss takes them as
 // fp32, as transformers' does).
