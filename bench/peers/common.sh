@@ -92,13 +92,14 @@ print()
 print(f"MFU: model FLOP/s per rank ({flops_per_token / 1e6:.2f} MFLOP per token) over one thread's GEMM peak in the "
       f"dtype its matrix work ran in ({peak['fp32']:.1f} GFLOP/s fp32, {peak['bf16']:.1f} GFLOP/s bf16, below).")
 print()
-print("| zerocpp tokens/s ÷ peer tokens/s (same dtype and rank count) | " + " | ".join(f"{p['mode']} {p['dtype']} ({p['ranks']})" for p in peers) + " |")
-print("|---|" + "---|" * len(peers))
-for z in (r for r in ran if r["mode"].startswith("zerocpp")):
-    cells = [f"{z['tokens_per_s'] / p['tokens_per_s']:.2f}" if (p["ranks"], p["dtype"]) == (z["ranks"], z["dtype"]) else ""
-             for p in peers]
-    print(f"| {z['mode']} {z['dtype']} ({z['ranks']}) | " + " | ".join(cells) + " |")
-print()
+if peers:  # (none when zerocpp ran alone: PEERS_PEERS="")
+    print("| zerocpp tokens/s ÷ peer tokens/s (same dtype and rank count) | " + " | ".join(f"{p['mode']} {p['dtype']} ({p['ranks']})" for p in peers) + " |")
+    print("|---|" + "---|" * len(peers))
+    for z in (r for r in ran if r["mode"].startswith("zerocpp")):
+        cells = [f"{z['tokens_per_s'] / p['tokens_per_s']:.2f}" if (p["ranks"], p["dtype"]) == (z["ranks"], z["dtype"]) else ""
+                 for p in peers]
+        print(f"| {z['mode']} {z['dtype']} ({z['ranks']}) | " + " | ".join(cells) + " |")
+    print()
 print("Machine limits (bench_limits):")
 print()
 print(limits)
