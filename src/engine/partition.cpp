@@ -255,8 +255,9 @@ void Partition::step(const at::Tensor& grads, const optim::StepParams& params) {
 }
 
 bool Partition::steps_from(const std::vector<at::Tensor>& views) const {
+  // (Parameters on a GPU with the optimizer on the host: each slice would be its own transfer.)
   if (swap_ || stream_ || master_is_params_ || master_is_shards_ || !state_device_.is_cpu() ||
-      !optimizer_->elementwise() || views.size() != flat_.layout().buckets().size())
+      !flat_.device().is_cpu() || !optimizer_->elementwise() || views.size() != flat_.layout().buckets().size())
     return false;
   return std::all_of(views.begin(), views.end(), [](const at::Tensor& v) {
     return v.is_cpu() && v.is_contiguous() && (v.scalar_type() == at::kFloat || v.scalar_type() == at::kBFloat16);

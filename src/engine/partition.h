@@ -101,8 +101,8 @@ class Partition {
   double sum_of_squares_of(const at::Tensor& grads, const std::vector<int>& params) const;
   void step(const at::Tensor& grads, const optim::StepParams& params);
   // Whether step_from can take these owned gradients (BucketGroup::owned_gradient_views): the
-  // master and the optimizer in host memory, apart from the parameters, an element-wise
-  // optimizer, and the views fp32 or bf16.
+  // parameters, the master and the optimizer in host memory, the master apart from the
+  // parameters, an element-wise optimizer, and the views fp32 or bf16.
   bool steps_from(const std::vector<at::Tensor>& views) const;
   // sum_of_squares of the views (the same bits: the same buckets, the same kernel's order).
   double sum_of_squares(const std::vector<at::Tensor>& views) const;
