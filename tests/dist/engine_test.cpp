@@ -428,3 +428,56 @@ TEST(EngineErrors, UnsupportedConfigsAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("no \"optimizer\" block"), std::string::npos) << e.what();
   }
 }
+
+// The step runs 256 Ki elements at a time from the gradients where they are (Partition::
+// step_from), writing each slice into the parameters at its offset. The MLP above has buckets of
+// a few hundred elements: here one bucket of 1.1 M elements, so every rank's owned shard is
+// several slices, the last one ragged. Stages 1-2 (which step by slices) follow stage 0 on one
+// process (whose master is the parameters: the whole-buffer step), weight by weight. SGD with
+// momentum: a slice at the wrong offset or scale moves weights by its whole update (AdamW's
+// normalised update would also amplify the ranks' summation order in near-zero gradients).
+TEST(EngineSlices, ABucketOfManySlicesStepsAsOneBuffer) {
+  struct Wide : torch::nn::Module {
+    Wide() {
+      fc1 = register_module("fc1", torch::nn::Linear(16, 1056));
+      fc2 = register_module("fc2", torch::nn::Linear(1056, 1040));
+      fc3 = register_module("fc3", torch::nn::Linear(1040, 8));
+    }
+    torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+  };
+  auto run = [](int stage, zero::World& world) {
+    torch::manual_seed(42);
+    Wide model;
+    zero::Config config = zero::Config::parse(R"({"train_batch_size": 48, "gradient_clipping": 1.0, "zero_allow_untested_optimizer": true,
+        "zero_optimization": {"stage": )" + std::to_string(stage) + R"(},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.2, "momentum": 0.9, "weight_decay": 0.01}}})");
+    config.resolve({.world_size = world.size()});
+    zero::Engine engine(model, config, world);
+    const int64_t micro = config.train_micro_batch_size_per_gpu;
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(1000 + step);
+      const at::Tensor x = torch::randn({kGlobalBatch, 16}), y = teacher(x);
+      const at::Tensor xs = x.narrow(0, world.rank() * micro, micro), ys = y.narrow(0, world.rank() * micro, micro);
+      const at::Tensor loss = engine.forward([&] {
+        return torch::mse_loss(model.fc3(torch::tanh(model.fc2(torch::tanh(model.fc1(xs))))), ys);
+      });
+      engine.backward(loss);
+      engine.step();
+    }
+    std::vector<at::Tensor> weights;
+    for (const auto& p : model.parameters()) weights.push_back(p.detach().clone());
+    return weights;
+  };
+  zero::World single = zero::World::single_process();
+  const std::vector<at::Tensor> whole = run(0, single);
+  torch::manual_seed(42);
+  EXPECT_GT((whole[2] - Wide().fc2->weight).abs().max().item<double>(), 1e-4) << "the weights must move";
+  for (const int stage : {1, 2}) {
+    const std::vector<at::Tensor> sliced = run(stage, test_world());
+    ASSERT_EQ(sliced.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      const double diff = (sliced[i] - whole[i]).abs().max().item<double>();
+      EXPECT_LE(diff, 1e-5 * whole[i].abs().max().item<double>()) << "stage " << stage << " weight " << i;
+    }
+  }
+}
