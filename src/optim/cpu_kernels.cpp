@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "kernels/simd-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace zero::optim {
 namespace HWY_NAMESPACE {
@@ -115,18 +117,6 @@ void LionUpdate(float* HWY_RESTRICT p, const float* HWY_RESTRICT g, float* HWY_R
   });
 }
 
-// fp32 lanes of doubles' width from fp32 or bf16 (uint16_t bit patterns) memory: bf16 widens
-// exactly, so both sums see the same values in the same order.
-template <class DF>
-HWY_INLINE hn::Vec<DF> LoadHalfWidth(DF df, const float* HWY_RESTRICT p) {
-  return hn::LoadU(df, p);
-}
-template <class DF>
-HWY_INLINE hn::Vec<DF> LoadHalfWidth(DF df, const uint16_t* HWY_RESTRICT p) {
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<uint16_t, DF> du16;
-  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
-}
 HWY_INLINE double Widen(float x) { return static_cast<double>(x); }
 HWY_INLINE double Widen(uint16_t bits) {
   const uint32_t word = static_cast<uint32_t>(bits) << 16;
@@ -143,8 +133,9 @@ double SumOfSquaresOf(const T* HWY_RESTRICT x, int64_t n) {
   auto sum0 = hn::Zero(dd), sum1 = hn::Zero(dd);
   int64_t i = 0;
   for (; i + 2 * lanes <= n; i += 2 * lanes) {  // two accumulators: the adds do not wait on each other
-    const auto a = hn::PromoteTo(dd, LoadHalfWidth(df, x + i));
-    const auto b = hn::PromoteTo(dd, LoadHalfWidth(df, x + i + lanes));
+    // (bf16 widens to fp32 exactly: both sums see the same values in the same order.)
+    const auto a = hn::PromoteTo(dd, kernels::HWY_NAMESPACE::LoadLanes(df, x + i));
+    const auto b = hn::PromoteTo(dd, kernels::HWY_NAMESPACE::LoadLanes(df, x + i + lanes));
     sum0 = hn::MulAdd(a, a, sum0);
     sum1 = hn::MulAdd(b, b, sum1);
   }
