@@ -150,7 +150,8 @@ at::Tensor dequantize_4bit(FourBitType type, const std::vector<int64_t>& shape, 
     // backward: LibTorch's unpack, index and broadcast took 3.5 s a step at 360M.
     const at::Tensor out = at::empty(shape, at::TensorOptions(dtype));
     const std::vector<float>& table = four_bit_codes(type);
-    const uint8_t* c = codes.contiguous().data_ptr<uint8_t>();
+    const at::Tensor packed = codes.contiguous();  // (kept: a copy's pointer would dangle)
+    const uint8_t* c = packed.data_ptr<uint8_t>();
     const float* a = scales.data_ptr<float>();
     auto fill = [&](auto* o) {
       using Out = std::remove_pointer_t<decltype(o)>;
