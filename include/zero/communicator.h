@@ -70,6 +70,11 @@ struct CommunicatorOptions {
   // Pieces of asynchronous collectives in flight at once on the communicator (all collectives
   // together: their pieces start in call order, see src/comm/piece_queue.h).
   int pieces_in_flight = 2;
+  // Sums and averages of float32 and bfloat16 as exchanges (MPI's all-to-all, then this rank's
+  // share summed here in rank order, in float32, and for an all-reduce an all-gather of the
+  // sums) instead of MPI's reductions: bfloat16 travels as 16 bits, every rank holds the same
+  // bits, and OpenMPI 4.1's shared-memory reductions are 2-3 times slower (docs/PERFORMANCE.md).
+  bool exchange_reductions = true;
 };
 
 class Communicator {

@@ -5,12 +5,15 @@
 #include <ATen/ATen.h>
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 
 #include "comm/collective_checks.h"
 #include "comm/quantized_collectives.h"
 #include "comm/mpi_work.h"
 #include "comm/progress.h"
+#include "kernels/sum_kernels.h"
 #include "zero/error.h"
 
 namespace zero::comm_detail {
@@ -203,6 +206,96 @@ int64_t MpiCommunicator::piece_elements(int64_t total, int64_t bytes_per_element
   return per_piece;
 }
 
+bool MpiCommunicator::exchanges(const at::Tensor& t, ReduceOp op) const {
+  return options_.exchange_reductions && size_ > 1 && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16) && t.numel() <= INT_MAX;
+}
+
+std::vector<MpiPiece> MpiCommunicator::exchange_reduce_pieces(const at::Tensor& input, const std::vector<int64_t>& first,
+                                                              const std::vector<int64_t>& length, const at::Tensor& out,
+                                                              ReduceOp op) {
+  const int size = size_, me = rank_;
+  const MPI_Comm comm = comm_;
+  const MPI_Datatype type = mpi_type(input.scalar_type());
+  const at::ScalarType dtype = input.scalar_type();
+  const int64_t element = input.element_size();
+  // A piece receives about reduction_piece_bytes: `columns` elements from each rank.
+  const int64_t columns = std::max<int64_t>(1, piece_elements(input.numel(), element, CollectiveOp::kReduceScatter) / size);
+  const int64_t longest = *std::max_element(length.begin(), length.end());
+  const float divisor = op == ReduceOp::kAvg ? static_cast<float>(size) : 1.0f;
+  std::vector<MpiPiece> pieces;
+  for (int64_t offset = 0; offset < longest || pieces.empty(); offset += columns) {
+    auto width = [&](int r) { return std::clamp<int64_t>(length[r] - offset, 0, columns); };
+    const int64_t mine = width(me);
+    // MPI_Alltoallv's send counts and displacements, receive counts and displacements (elements).
+    auto counts = std::make_shared<std::array<std::vector<int>, 4>>();
+    for (auto& v : *counts) v.resize(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      (*counts)[0][r] = r == me ? 0 : static_cast<int>(width(r));  // this rank's own terms stay in place
+      (*counts)[1][r] = static_cast<int>(first[r] + std::min(offset, length[r]));
+      (*counts)[2][r] = r == me ? 0 : static_cast<int>(mine);
+      (*counts)[3][r] = static_cast<int>(r * mine);
+    }
+    auto received = std::make_shared<at::Tensor>();  // row r: rank r's terms (this rank's row unused)
+    MpiPiece piece;
+    piece.prepare = [=, pool = staging_] { *received = pool->acquire(size * mine, dtype); };
+    piece.start = [=](MPI_Request* request) {
+      const auto& c = *counts;
+      return MPI_Ialltoallv(input.data_ptr(), c[0].data(), c[1].data(), type, received->data_ptr(), c[2].data(),
+                            c[3].data(), type, comm, request);
+    };
+    piece.run = [=] {
+      const auto& c = *counts;
+      return MPI_Alltoallv(input.data_ptr(), c[0].data(), c[1].data(), type, received->data_ptr(), c[2].data(),
+                           c[3].data(), type, comm);
+    };
+    piece.finish = [=] {
+      // The terms in rank order, this rank's read where they are (`out` may be them).
+      auto* own = static_cast<const char*>(input.data_ptr()) + (first[me] + offset) * element;
+      auto* from = static_cast<const char*>(received->data_ptr());
+      std::vector<const void*> terms(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) terms[r] = r == me ? own : from + r * mine * element;
+      void* target = static_cast<char*>(out.data_ptr()) + offset * element;
+      if (dtype == at::kBFloat16) {
+        kernels::sum_rows_bf16(reinterpret_cast<const uint16_t* const*>(terms.data()), size, mine, divisor,
+                               static_cast<uint16_t*>(target));
+      } else {
+        kernels::sum_rows(reinterpret_cast<const float* const*>(terms.data()), size, mine, divisor,
+                          static_cast<float*>(target));
+      }
+    };
+    piece.buffers = [input, received] { return std::vector<at::Tensor>{input, *received}; };
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+std::vector<MpiPiece> MpiCommunicator::exchange_gather_pieces(const at::Tensor& flat, const std::vector<int64_t>& first,
+                                                              const std::vector<int64_t>& length, size_t count) {
+  const MPI_Comm comm = comm_;
+  const MPI_Datatype type = mpi_type(flat.scalar_type());
+  const int64_t longest = *std::max_element(length.begin(), length.end());
+  const int64_t columns = std::max<int64_t>(1, (longest + static_cast<int64_t>(count) - 1) / static_cast<int64_t>(count));
+  std::vector<MpiPiece> pieces(count);
+  for (size_t k = 0; k < count; ++k) {
+    const int64_t offset = static_cast<int64_t>(k) * columns;
+    auto counts = std::make_shared<std::array<std::vector<int>, 2>>();  // receive counts, displacements
+    for (int r = 0; r < size_; ++r) {
+      (*counts)[0].push_back(static_cast<int>(std::clamp<int64_t>(length[r] - offset, 0, columns)));
+      (*counts)[1].push_back(static_cast<int>(first[r] + std::min(offset, length[r])));
+    }
+    pieces[k].start = [=](MPI_Request* request) {
+      return MPI_Iallgatherv(MPI_IN_PLACE, 0, type, flat.data_ptr(), (*counts)[0].data(), (*counts)[1].data(), type,
+                             comm, request);
+    };
+    pieces[k].run = [=] {
+      return MPI_Allgatherv(MPI_IN_PLACE, 0, type, flat.data_ptr(), (*counts)[0].data(), (*counts)[1].data(), type, comm);
+    };
+    pieces[k].buffers = [flat] { return std::vector<at::Tensor>{flat}; };
+  }
+  return pieces;
+}
+
 std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, ReduceOp op,
                                                   const CollectiveOptions& options) {
   validate(
@@ -210,6 +303,22 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce(const at::Tensor& tensor, Redu
       tensor.numel(), static_cast<int64_t>(op));
   const at::Tensor flat = tensor.view(-1);
   const int64_t n = flat.numel();
+  if (exchanges(tensor, op)) {
+    // A reduce-scatter of rank r's share [r·c, (r + 1)·c) into itself, then each piece's sums
+    // all-gathered in place: every rank ends with the same bits, summed once in rank order.
+    const int64_t c = (n + size_ - 1) / size_;
+    std::vector<int64_t> first(static_cast<size_t>(size_)), length(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      first[r] = std::min(n, r * c);
+      length[r] = std::clamp<int64_t>(n - r * c, 0, c);
+    }
+    std::vector<MpiPiece> pieces =
+        exchange_reduce_pieces(flat, first, length, flat.narrow(0, first[rank_], length[rank_]), op);
+    std::vector<MpiPiece> gathers = exchange_gather_pieces(flat, first, length, pieces.size());
+    gathers.front().after_earlier = true;  // once every sum is in place
+    for (auto& piece : gathers) pieces.push_back(std::move(piece));
+    return launch("all_reduce", options, std::move(pieces), {tensor});
+  }
   const bool staged = is_16bit_float(tensor);  // reduced through float32
   const MPI_Datatype type = staged ? MPI_FLOAT : mpi_type(tensor.scalar_type());
   const int64_t per_piece = piece_elements(n, staged ? 4 : tensor.element_size(), CollectiveOp::kAllReduce);
@@ -251,6 +360,12 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, c
   const int64_t chunk = output.numel();
   const at::Tensor rows = input.view({size_, chunk});  // row r goes to rank r
   const at::Tensor out = output.view(-1);
+  if (exchanges(input, op) && (!overlaps(input, output) || output.data_ptr() == rows[rank_].data_ptr())) {
+    std::vector<int64_t> first(static_cast<size_t>(size_)), length(static_cast<size_t>(size_), chunk);
+    for (int r = 0; r < size_; ++r) first[r] = r * chunk;
+    return launch("reduce_scatter", options, exchange_reduce_pieces(input.view(-1), first, length, out, op),
+                  {input, output});
+  }
   const bool staged = is_16bit_float(input);
   const MPI_Datatype type = staged ? MPI_FLOAT : mpi_type(input.scalar_type());
   // A piece takes the same column range of every row, so one MPI call moves size × columns elements.

@@ -57,6 +57,16 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<Work> launch(const char* what, const CollectiveOptions& options,
                                std::function<int(MPI_Request*)> start, std::function<int()> run,
                                std::vector<at::Tensor> keep_alive);
+  // Whether a reduction of `t` by `op` runs as an exchange (CommunicatorOptions::exchange_reductions).
+  bool exchanges(const at::Tensor& t, ReduceOp op) const;
+  // A reduce-scatter as exchanges: rank r's share is `length[r]` elements of `input` (flat) from
+  // `first[r]`; this rank's sum lands in `out`. Piece by piece, see all_reduce.
+  std::vector<MpiPiece> exchange_reduce_pieces(const at::Tensor& input, const std::vector<int64_t>& first,
+                                               const std::vector<int64_t>& length, const at::Tensor& out, ReduceOp op);
+  // All-gathers in place, in `count` pieces, of what rank r holds at `first[r]` (`length[r]`
+  // elements of `flat`): the second half of an exchange all-reduce.
+  std::vector<MpiPiece> exchange_gather_pieces(const at::Tensor& flat, const std::vector<int64_t>& first,
+                                               const std::vector<int64_t>& length, size_t count);
   // Elements per MPI call of a reduction (CommunicatorOptions::reduction_piece_bytes).
   int64_t piece_elements(int64_t total, int64_t bytes_per_element, CollectiveOp op) const;
 

@@ -27,6 +27,9 @@ struct MpiPiece {
   std::function<int(MPI_Request*)> start;  // the non-blocking call
   std::function<int()> run;                // the blocking call
   std::function<void()> finish;            // after success: average, write back; may be empty
+  // Starts only once every piece started before it has completed (and finished): the all-gather
+  // of results that earlier pieces' finish computed. Every rank still starts pieces in one order.
+  bool after_earlier = false;
   // The tensors MPI reads and writes, as the start passes them (after prepare): what
   // ZERO_DEBUG_BUFFERS checks are still in place when the piece completes. May be empty.
   std::function<std::vector<at::Tensor>()> buffers;

@@ -86,12 +86,25 @@ void PieceQueue::drop_queued(const Collective& c) {
   }
 }
 
+bool PieceQueue::front_must_wait() const {
+  if (queued_.empty()) return false;
+  const Entry& front = queued_.front();
+  return front.collective->pieces[front.index].after_earlier && !in_flight_.empty();
+}
+
 void PieceQueue::start_more() {
-  while (!queued_.empty() && in_flight_.size() < window_) start_next();
+  while (!queued_.empty() && in_flight_.size() < window_ && !front_must_wait()) start_next();
 }
 
 void PieceQueue::start_all() {
-  while (!queued_.empty()) start_next();
+  while (!queued_.empty()) {
+    while (front_must_wait()) {
+      // Waiting for the other ranks: the watchdog must see it (a stopped rank never answers).
+      BlockedScope blocked(in_flight_.front().entry.collective->what.c_str());
+      retire(0, MPI_Wait(&in_flight_.front().request, MPI_STATUS_IGNORE));
+    }
+    if (!queued_.empty()) start_next();  // (retire may have started it, and more)
+  }
 }
 
 void PieceQueue::retire(size_t position, int mpi_code) {

@@ -68,6 +68,7 @@ class PieceQueue {
   };
   void start_next();
   void start_more();
+  bool front_must_wait() const;  // the next queued piece waits for those in flight (after_earlier)
   void retire(size_t position, int mpi_code);
   void drop_queued(const Collective& c);
 

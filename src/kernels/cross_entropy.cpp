@@ -3,7 +3,8 @@
 // chunk's logits come from one matrix product, its rows' log-sum-exp and the logits' gradient
 // from one pass each (softmax_kernels.h), and the chunk's shares of h's and the weight's
 // gradients from two more products, all in the forward. What waits for the backward is those
-// gradients (h's size and the weight's, fp32), which it scales by the upstream gradient.
+// gradients (h's size; the weight's in fp32 over several chunks, else in its dtype), which it
+// scales by the upstream gradient.
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
@@ -46,7 +47,10 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     // needs them (evaluation).
     const float scale = mean ? 1.0f / static_cast<float>(counted) : 1.0f;
     at::Tensor dh = dh_needed ? at::empty_like(h) : at::Tensor();
-    at::Tensor dw = dw_needed ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
+    // The weight's gradient: one chunk's product is it, rounded once as the unfused product
+    // rounds it; several chunks' are summed in fp32 (the dtype's rounding once, at the end).
+    const bool one_chunk = N <= chunk_rows;
+    at::Tensor dw = dw_needed && !one_chunk ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     at::Tensor loss_rows = at::zeros({N}, h.options().dtype(at::kFloat));
     const int64_t* target = targets.data_ptr<int64_t>();
     for (int64_t start = 0; start < N; start += chunk_rows) {
@@ -81,8 +85,12 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
                                           kernels::raw_data<float>(dlogits) + r * V);
         }
       });
-      if (dh_needed) dh.narrow(0, start, rows).copy_(at::matmul(dlogits, weight));
-      if (dw_needed) dw.add_(at::matmul(dlogits.t(), hs));  // summed over chunks in fp32
+      if (dh_needed) {
+        at::Tensor dh_rows = dh.narrow(0, start, rows);
+        at::mm_out(dh_rows, dlogits, weight);
+      }
+      if (dw_needed && one_chunk) dw = at::mm(dlogits.t(), hs);
+      if (dw_needed && !one_chunk) dw.add_(at::mm(dlogits.t(), hs));
     }
     ctx->save_for_backward({dh_needed ? dh.view(h_in.sizes()) : dh, dw});
     const at::Tensor total = loss_rows.sum();
@@ -97,7 +105,8 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     if (upstream.item<double>() == 1.0) {  // the usual case: nothing to scale
       return {dh, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
-    return {dh.defined() ? dh * upstream.to(dh.scalar_type()) : dh, dw.defined() ? dw * upstream : dw, at::Tensor(),
+    return {dh.defined() ? dh * upstream.to(dh.scalar_type()) : dh,
+            dw.defined() ? (dw.to(at::kFloat) * upstream).to(dw.scalar_type()) : dw, at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

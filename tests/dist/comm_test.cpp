@@ -57,6 +57,8 @@ at::Tensor reference_reduce(int size, int64_t n, at::ScalarType dtype, ReduceOp 
   return acc.to(dtype);
 }
 
+void reductions_split_into_pieces(bool exchanges);
+
 std::string label(at::ScalarType dtype, ReduceOp op, int64_t n, const zero::CollectiveOptions& mode) {
   return std::string(c10::toString(dtype)) + " " + zero::to_string(op) + " n=" + std::to_string(n) +
          (mode.async ? " async" : " blocking");
@@ -129,8 +131,56 @@ TEST(Collectives, ReduceScatterIntoOwnSliceOfTheInput) {
 
 TEST(Collectives, ReductionsSplitIntoPieces) {
   // Reductions are cut into pieces of reduction_piece_bytes (OpenMPI is slow on large ones);
-  // 16-byte pieces make every size below span many, several of them in flight at once.
-  zero::World pieces_world = zero::World::from_environment({.reduction_piece_bytes = 16, .pieces_in_flight = 3});
+  // 16-byte pieces make every size below span many, several of them in flight at once. Float32
+  // and bfloat16 sums run as exchanges unless turned off: both ways.
+  for (bool exchanges : {true, false}) {
+    SCOPED_TRACE(exchanges ? "exchange reductions" : "MPI's reductions");
+    reductions_split_into_pieces(exchanges);
+  }
+}
+
+TEST(Collectives, ExchangeSumsAreInRankOrderAndTheSameBitsOnEveryRank) {
+  // Random values, where the order of a float sum shows in its last bits: an all-reduce and a
+  // reduce-scatter (sum and average, float32 and bfloat16) must equal rank 0's terms plus rank
+  // 1's plus ..., in float32, rounded once; the all-reduce's result identical on every rank.
+  // Small pieces, several in flight, and a length no rank count divides.
+  // (Across nodes the hierarchical collectives sum each node's ranks first: docs/multinode.md.)
+  if (test_world().num_nodes() > 1) GTEST_SKIP() << "hierarchical collectives sum node by node";
+  zero::World pieces_world = zero::World::from_environment({.reduction_piece_bytes = 256, .pieces_in_flight = 3});
+  zero::Communicator& pc = pieces_world.communicator();
+  const int rank = pc.rank(), size = pc.size();
+  const int64_t n = 3001;
+  auto terms_of = [&](int r, at::ScalarType dtype) {
+    auto generator = at::detail::createCPUGenerator(1000 + r);
+    return at::randn({n}, generator, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+  };
+  for (const auto& mode : kModes) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      for (auto op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        at::Tensor in_order = terms_of(0, dtype).to(at::kFloat);
+        for (int r = 1; r < size; ++r) in_order = in_order + terms_of(r, dtype).to(at::kFloat);
+        if (op == ReduceOp::kAvg) in_order = in_order / size;
+        const at::Tensor expected = in_order.to(dtype);
+        at::Tensor t = terms_of(rank, dtype);
+        pc.all_reduce(t, op, mode)->wait();
+        EXPECT_TRUE(t.equal(expected)) << label(dtype, op, n, mode);
+        at::Tensor gathered = torch::empty({n * size}, t.options());
+        pc.all_gather(t, gathered)->wait();
+        for (int r = 0; r < size; ++r) EXPECT_TRUE(gathered.narrow(0, r * n, n).equal(t)) << "rank " << r;
+        const int64_t chunk = n / size;
+        at::Tensor output = torch::empty({chunk}, t.options());
+        pc.reduce_scatter(terms_of(rank, dtype).narrow(0, 0, chunk * size), output, op, mode)->wait();
+        EXPECT_TRUE(output.equal(expected.narrow(0, rank * chunk, chunk))) << "reduce_scatter " << label(dtype, op, n, mode);
+      }
+    }
+  }
+}
+
+namespace {
+
+void reductions_split_into_pieces(bool exchanges) {
+  zero::World pieces_world = zero::World::from_environment(
+      {.reduction_piece_bytes = 16, .pieces_in_flight = 3, .exchange_reductions = exchanges});
   zero::Communicator& pc = pieces_world.communicator();
   const int rank = pc.rank(), size = pc.size();
   for (const auto& mode : kModes) {
@@ -163,6 +213,8 @@ TEST(Collectives, ReductionsSplitIntoPieces) {
   }
   EXPECT_TRUE(t.equal(reference_reduce(size, 1001, at::kFloat, ReduceOp::kMax)));
 }
+
+}  // namespace
 
 TEST(Collectives, ManyPieceCollectivesInFlightStartInCallOrderOnEveryRank) {
   // Issue 13: each collective used to start its own later pieces as its earlier ones finished,

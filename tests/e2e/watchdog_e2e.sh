@@ -16,8 +16,11 @@ export OMP_NUM_THREADS=1
 fail=0
 mpi=(mpirun --oversubscribe --bind-to none)
 [[ $(id -u) -eq 0 ]] && mpi+=(--allow-run-as-root)
-rank_pid() {  # rank_pid NAME RANK: the pid of the process NAME whose MPI rank is RANK
+rank_pid() {  # rank_pid NAME RANK: the pid of this test's process NAME whose MPI rank is RANK
+  # (Its zero-train command lines name $tmp: other tests' zero-train run beside this one under
+  # ctest -j, and stopping one of theirs hangs both.)
   for pid in $(pgrep -x "$1"); do
+    [[ $1 == watchdog_probe ]] || tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$tmp" || continue
     tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$pid"; return; }
   done
 }
