@@ -105,7 +105,7 @@ void MpiCommunicator::validate(CollectiveOp op, const std::function<void()>& loc
     both[i] = mine[i];
     both[i + 5] = -mine[i];
   }
-  queue_->start_all();  // a blocking collective comes after every one already called
+  queue_->start_all(progress_);  // a blocking collective comes after every one already called
   {
     comm_detail::BlockedScope blocked(to_string(op));  // a rank that never comes is seen waiting here first
     if (progress_) {
@@ -360,10 +360,14 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter(const at::Tensor& input, c
   const int64_t chunk = output.numel();
   const at::Tensor rows = input.view({size_, chunk});  // row r goes to rank r
   const at::Tensor out = output.view(-1);
-  if (exchanges(input, op) && (!overlaps(input, output) || output.data_ptr() == rows[rank_].data_ptr())) {
+  if (exchanges(input, op)) {  // the same choice on every rank: op and dtype agree (validate)
+    // The sums land in `output` while other pieces still send from the input: an output that
+    // overlaps the input anywhere but as this rank's own row (which is never sent) reads a copy.
+    const bool own_row = output.data_ptr() == rows[rank_].data_ptr();
+    const at::Tensor source = overlaps(input, output) && !own_row ? input.clone() : input;
     std::vector<int64_t> first(static_cast<size_t>(size_)), length(static_cast<size_t>(size_), chunk);
     for (int r = 0; r < size_; ++r) first[r] = r * chunk;
-    return launch("reduce_scatter", options, exchange_reduce_pieces(input.view(-1), first, length, out, op),
+    return launch("reduce_scatter", options, exchange_reduce_pieces(source.view(-1), first, length, out, op),
                   {input, output});
   }
   const bool staged = is_16bit_float(input);
@@ -524,7 +528,7 @@ std::shared_ptr<Work> MpiCommunicator::barrier(const CollectiveOptions& options)
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MPI_Comm child = MPI_COMM_NULL;
-  queue_->start_all();
+  queue_->start_all(progress_);
   check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "split");
   if (child == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiCommunicator>(child, options_);

@@ -96,12 +96,25 @@ void PieceQueue::start_more() {
   while (!queued_.empty() && in_flight_.size() < window_ && !front_must_wait()) start_next();
 }
 
-void PieceQueue::start_all() {
+void PieceQueue::start_all(const std::function<void()>& progress) {
   while (!queued_.empty()) {
-    while (front_must_wait()) {
-      // Waiting for the other ranks: the watchdog must see it (a stopped rank never answers).
+    if (front_must_wait()) {
+      // Waiting for the other ranks: the watchdog must see it (a stopped rank never answers),
+      // and work of another kind they may need from this rank must go on (`progress`).
       BlockedScope blocked(in_flight_.front().entry.collective->what.c_str());
-      retire(0, MPI_Wait(&in_flight_.front().request, MPI_STATUS_IGNORE));
+      while (front_must_wait()) {
+        if (!progress) {
+          retire(0, MPI_Wait(&in_flight_.front().request, MPI_STATUS_IGNORE));
+          continue;
+        }
+        int done = 0;
+        const int code = MPI_Test(&in_flight_.front().request, &done, MPI_STATUS_IGNORE);
+        if (code != MPI_SUCCESS || done) {
+          retire(0, code);
+        } else {
+          progress();
+        }
+      }
     }
     if (!queued_.empty()) start_next();  // (retire may have started it, and more)
   }

@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,8 +55,9 @@ class PieceQueue {
   // Until `c` is complete (finishing earlier collectives on the way, as MPI's order requires).
   void wait(Collective& c);
   // Starts every queued piece now, beyond the window: call before any blocking collective on
-  // the communicator, which must come after them on every rank.
-  void start_all();
+  // the communicator, which must come after them on every rank. A piece marked after_earlier
+  // first waits for those in flight, calling `progress` meanwhile when it is set.
+  void start_all(const std::function<void()>& progress = {});
 
  private:
   struct Entry {

@@ -129,6 +129,25 @@ TEST(Collectives, ReduceScatterIntoOwnSliceOfTheInput) {
   }
 }
 
+TEST(Collectives, ReduceScatterIntoTheFirstRowOfTheInput) {
+  // An output that overlaps the input as rank 0's own row but as a row other ranks still send
+  // from: every rank must take the same path (MPI would match two different collectives), and
+  // none may overwrite terms before they are sent. Many small pieces, several in flight.
+  zero::World pieces_world = zero::World::from_environment({.reduction_piece_bytes = 16, .pieces_in_flight = 3});
+  zero::Communicator& pc = pieces_world.communicator();
+  const int rank = pc.rank(), size = pc.size();
+  const int64_t chunk = 29;
+  for (const auto& mode : kModes) {
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      at::Tensor bucket = contribution(rank, chunk * size, dtype);
+      at::Tensor first_row = bucket.narrow(0, 0, chunk);
+      pc.reduce_scatter(bucket, first_row, ReduceOp::kSum, mode)->wait();
+      EXPECT_TRUE(first_row.equal(reference_reduce(size, chunk * size, dtype, ReduceOp::kSum).narrow(0, rank * chunk, chunk)))
+          << label(dtype, ReduceOp::kSum, chunk, mode);
+    }
+  }
+}
+
 TEST(Collectives, ReductionsSplitIntoPieces) {
   // Reductions are cut into pieces of reduction_piece_bytes (OpenMPI is slow on large ones);
   // 16-byte pieces make every size below span many, several of them in flight at once. Float32
